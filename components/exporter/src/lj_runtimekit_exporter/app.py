@@ -1,9 +1,118 @@
-"""Lifecycle of the exporter."""
+"""Lifecycle of the exporter: the poll task and the HTTP server, signals, ordered shutdown."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import signal
+import time
+
+import structlog
+from aiohttp import web
+
+from . import logs, server
+from .collector import State
+from .kube import ApiserverPods
+from .kubelet import KubeletPods
+from .poller import Poller
+from .runtime import RuntimeClient
 from .settings import Settings
+
+log = structlog.get_logger(__name__)
+
+
+class Exporter:
+    """The running exporter: ``await start()``, then ``await stop()``; ``port`` once started."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.state = State(node=settings.node_name, pods_source=settings.pods_source)
+        self.runtime = RuntimeClient(settings.socket_dir, settings.rpc_timeout)
+        self.pods: KubeletPods | ApiserverPods | None = None
+        if settings.pods_source == "kubelet":
+            self.pods = KubeletPods(settings.kubelet_pods_url, settings.kubelet_timeout)
+        elif settings.pods_source == "apiserver":
+            self.pods = ApiserverPods(settings.node_name, settings.kubeconfig or None)
+        self.poller = Poller(self.state, self.runtime, self.pods, settings.poll_interval)
+        self.port = 0
+        self._stop = asyncio.Event()
+        self._poll_task: asyncio.Task[None] | None = None
+        self._runner: web.AppRunner | None = None
+
+    def healthy(self) -> tuple[bool, str]:
+        """Alive when the poll task runs and finished a round within three intervals (or 35 s)."""
+        task = self._poll_task
+        if task is None or task.done():
+            return False, "poll loop not running"
+        if self.poller.rounds == 0:
+            return True, "starting"
+        age = time.monotonic() - self.poller.last_round_at
+        limit = max(3 * self.settings.poll_interval, 35.0)
+        if age > limit:
+            return False, f"last poll finished {age:.0f}s ago"
+        return True, "ok"
+
+    async def start(self) -> None:
+        if self.pods is not None:
+            await self.pods.start()
+        self._poll_task = asyncio.create_task(self._guard(), name="poll")
+        app = server.create_app(self.state, self.healthy)
+        self._runner, self.port = await server.start(
+            app, self.settings.listen_address, self.settings.port
+        )
+        log.info("exporter_serving", address=self.settings.listen_address, port=self.port)
+
+    async def _guard(self) -> None:
+        try:
+            await self.poller.run(self._stop)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("poll_loop_crashed", effect="/healthz now fails; the pod restarts")
+            raise
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._poll_task is not None:
+            try:
+                await asyncio.wait_for(self._poll_task, 5.0)
+            except TimeoutError:
+                self._poll_task.cancel()
+            except Exception:  # noqa: BLE001 - already logged by _guard
+                log.debug("poll_task_ended_with_error")
+        if self.pods is not None:
+            await self.pods.stop()
+        await self.runtime.close()
+
+
+async def serve(settings: Settings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            log.warning("second_signal_forcing_exit")
+            raise SystemExit(1)
+        log.info("stopping")
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    exporter = Exporter(settings)
+    await exporter.start()
+    await stop.wait()
+    await exporter.stop()
 
 
 def run(settings: Settings) -> int:
-    raise SystemExit("lj-runtimekit-exporter: not built yet")
+    logs.configure(
+        settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
+    )
+    log.info("effective_config", **dataclasses.asdict(settings))
+    asyncio.run(serve(settings))
+    return 0

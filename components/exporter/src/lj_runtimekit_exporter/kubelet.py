@@ -1,0 +1,79 @@
+"""The only module that talks to the kubelet: its read-only ``/pods`` (default port 10255)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from .errors import TemporaryError
+from .snapshot import Pod
+
+
+class PodsUnavailable(TemporaryError):
+    """The pod list could not be read this poll."""
+
+
+def pods_from_podlist(doc: Any) -> tuple[Pod, ...]:
+    """Pods from a v1 PodList document; malformed items are skipped, never fatal."""
+    if not isinstance(doc, dict):
+        raise PodsUnavailable("pod list is not a JSON object")
+    items = doc.get("items")
+    if not isinstance(items, list):
+        raise PodsUnavailable("pod list has no items array")
+    pods: list[Pod] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        meta = item.get("metadata")
+        status = item.get("status")
+        if not isinstance(meta, dict):
+            continue
+        ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+        if not isinstance(ns, str) or not isinstance(name, str):
+            continue
+        phase = status.get("phase") if isinstance(status, dict) else None
+        pods.append(
+            Pod(
+                namespace=ns,
+                name=name,
+                uid=uid if isinstance(uid, str) else "",
+                phase=phase if isinstance(phase, str) else "Unknown",
+            )
+        )
+    return tuple(pods)
+
+
+class KubeletPods:
+    """Reads the node's pods from the kubelet; one HTTP session reused across polls."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self._url = url
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=self._timeout)
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def pods(self) -> tuple[Pod, ...]:
+        if self._session is None:
+            raise RuntimeError("KubeletPods.start() was not awaited")
+        try:
+            async with self._session.get(self._url) as resp:
+                if resp.status != 200:
+                    raise PodsUnavailable(
+                        f"kubelet {self._url} answered HTTP {resp.status}: is the read-only port "
+                        "enabled (readOnlyPort: 10255)? Otherwise use --pods-source=apiserver"
+                    )
+                doc = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            raise PodsUnavailable(
+                f"kubelet {self._url} unreachable ({e!r}): is the read-only port enabled "
+                "(readOnlyPort: 10255)? Otherwise use --pods-source=apiserver"
+            ) from e
+        return pods_from_podlist(doc)

@@ -1,0 +1,137 @@
+"""The background poll: reads the Runtime and the pod list, publishes one snapshot per round.
+
+Scrapes never call out; they render whatever this last published. While the Runtime is away
+the snapshot carries ``runtime=None`` (device series drop out, ``runtime_up`` reads 0) and the
+next attempt waits by the guide's backoff: 1 s, ×2, at most 30 s (tenacity's wait_exponential).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+from tenacity import RetryCallState, wait_exponential
+
+from .collector import State
+from .errors import TemporaryError
+from .snapshot import Pod, RuntimeState, Snapshot
+
+log = structlog.get_logger(__name__)
+
+BACKOFF = wait_exponential(multiplier=1, exp_base=2, min=1, max=30)
+
+
+def backoff_delay(attempt: int) -> float:
+    """The guide's reconnect delay before attempt ``attempt + 1`` (1, 2, 4, ... 30 s)."""
+    rs = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
+    rs.attempt_number = attempt
+    return float(BACKOFF(rs))
+
+
+class RuntimeSource(Protocol):
+    missing: set[str]
+
+    async def version(self) -> tuple[str, str]: ...
+    async def read(self, version: tuple[str, str]) -> RuntimeState: ...
+
+
+class PodSource(Protocol):
+    async def pods(self) -> tuple[Pod, ...]: ...
+
+
+class Poller:
+    """Publishes a fresh :class:`Snapshot` into ``state`` every ``interval`` seconds."""
+
+    def __init__(
+        self,
+        state: State,
+        runtime: RuntimeSource,
+        pods: PodSource | None,
+        interval: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._state = state
+        self._runtime = runtime
+        self._pods = pods
+        self._interval = interval
+        self._clock = clock
+        self._version: tuple[str, str] | None = None
+        self._failures = 0
+        self._pods_failing = False
+        self.rounds = 0
+        self.last_round_at = 0.0
+        """Monotonic time the last round finished (for /healthz)."""
+
+    async def poll_once(self) -> Snapshot:
+        """One round: never raises for a peer's failure, always publishes a snapshot."""
+        started = time.perf_counter()
+        rt = await self._read_runtime()
+        pods = await self._read_pods()
+        snap = Snapshot(
+            node=self._state.node,
+            taken_at=self._clock(),
+            runtime=rt,
+            pods=pods,
+            degraded=frozenset(self._runtime.missing) if rt is not None else frozenset(),
+        )
+        stats = self._state.stats
+        stats.collections += 1
+        stats.last_collection_seconds = time.perf_counter() - started
+        self._state.snapshot = snap
+        self.rounds += 1
+        self.last_round_at = time.monotonic()
+        return snap
+
+    async def _read_runtime(self) -> RuntimeState | None:
+        try:
+            if self._version is None:
+                self._version = await self._runtime.version()
+            rt = await self._runtime.read(self._version)
+        except TemporaryError as e:
+            self._version = None
+            self._failures += 1
+            self._state.stats.errors["runtime"] += 1
+            if self._failures == 1:
+                log.warning(
+                    "runtime_unreachable",
+                    node=self._state.node,
+                    error=str(e),
+                    effect="device series dropped until it answers; retrying with backoff",
+                )
+            return None
+        if self._failures:
+            log.info("runtime_reconnected", node=self._state.node, after_attempts=self._failures)
+        self._failures = 0
+        return rt
+
+    async def _read_pods(self) -> tuple[Pod, ...] | None:
+        if self._pods is None:
+            return None
+        try:
+            pods = await self._pods.pods()
+        except TemporaryError as e:
+            self._state.stats.errors["pods"] += 1
+            if not self._pods_failing:
+                log.warning("pod_list_unavailable", node=self._state.node, error=str(e))
+            self._pods_failing = True
+            return None
+        if self._pods_failing:
+            log.info("pod_list_back", node=self._state.node, pods=len(pods))
+        self._pods_failing = False
+        return pods
+
+    def next_delay(self) -> float:
+        """The poll interval, or the reconnect backoff while the Runtime is away."""
+        if self._failures:
+            return backoff_delay(self._failures)
+        return self._interval
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.poll_once()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.next_delay())
