@@ -81,7 +81,7 @@ build_module_main() { # name module package version ldflags
   mkdir -p "$dir"
   cd "$dir"
   printf 'module ljrk.invalid/%s\n\ngo 1.24\n' "$name" > go.mod
-  go get "$module@$version" >/dev/null
+  go get "$pkg@$version" >/dev/null
   go build -trimpath -ldflags "-s -w $ld" -o "$out.partial/$name" "$pkg"
 }
 
