@@ -1,4 +1,11 @@
 """Fixtures of the harness, loaded for every test by the root ``conftest.py``.
 
-The runtime simulator, the local control plane and the kubelet emulator add their fixtures here.
+Each part of the harness keeps its fixtures in its own ``fixtures`` module; this plugin only
+gathers them, so every test in the repository sees the same names.
 """
+
+pytest_plugins = [
+    "lj_runtimekit_testkit.simulator.fixtures",
+    "lj_runtimekit_testkit.cluster.fixtures",
+    "lj_runtimekit_testkit.kubelet.fixtures",
+]

@@ -1,0 +1,1 @@
+"""The cluster part of the harness."""

@@ -1,0 +1,1 @@
+"""pytest fixtures of the cluster part of the harness."""

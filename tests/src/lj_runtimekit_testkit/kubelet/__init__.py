@@ -1,0 +1,1 @@
+"""The kubelet part of the harness."""

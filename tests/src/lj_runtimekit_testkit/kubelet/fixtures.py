@@ -1,0 +1,1 @@
+"""pytest fixtures of the kubelet part of the harness."""

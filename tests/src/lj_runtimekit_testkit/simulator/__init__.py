@@ -1,0 +1,1 @@
+"""The simulator part of the harness."""

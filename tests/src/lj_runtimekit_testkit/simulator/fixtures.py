@@ -1,0 +1,1 @@
+"""pytest fixtures of the simulator part of the harness."""
