@@ -1,33 +1,148 @@
-"""Settings of the job-agent: flag > environment > ConfigMap file > default."""
+"""Settings of the job agent: flag > environment > default.
+
+The action is a positional argument (``enable`` or ``disable``); every other field is one flag
+``--host-root`` and one environment variable ``LJ_RUNTIMEKIT_JOB_AGENT_HOST_ROOT``. The controller
+passes them in the Job's command. This is the only module that reads the environment.
+"""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import dataclasses
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lj_runtimekit_interface import sockets
 
 from . import __version__
+from .errors import ConfigError
+
+ENV_PREFIX = "LJ_RUNTIMEKIT_JOB_AGENT_"
+ACTIONS = ("enable", "disable")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("auto", "json", "console")
+_HOST_SHELL = "nsenter --target 1 --mount --uts --ipc --net --pid --"
+
+
+def _doc(text: str, default: Any) -> Any:
+    return field(default=default, metadata={"help": text})
 
 
 @dataclass(frozen=True)
 class Settings:
     """The effective configuration, fixed at start."""
 
-    log_level: str = "info"
-    """Log level: debug, info, warning or error."""
+    action: str = _doc("enable or disable (positional).", "enable")
+    node_name: str = _doc("This node's name, for the result. Default: NODE_NAME or hostname.", "")
+    socket_dir: str = _doc("Directory of the Runtime's sockets.", sockets.DEFAULT_SOCKET_DIR)
+    host_root: str = _doc(
+        "Where the host's file system is seen; host paths below are read under it. Tests point "
+        "it at a temp dir.",
+        "/",
+    )
+    containerd_config: str = _doc(
+        "containerd's config file, as a host path.", "/etc/containerd/config.toml"
+    )
+    new_config_version: int = _doc(
+        "Config version written when the containerd config file does not exist (2 for "
+        "containerd 1.x, 3 for 2.x).",
+        2,
+    )
+    restart_command: str = _doc(
+        "Command that restarts containerd on the host; run only when a file really changed. "
+        "Empty: never restart.",
+        f"{_HOST_SHELL} systemctl restart containerd",
+    )
+    confirm_command: str = _doc(
+        "Command that succeeds once containerd is back; polled after the restart. Empty: no check.",
+        f"{_HOST_SHELL} systemctl is-active --quiet containerd",
+    )
+    restart_timeout: float = _doc("Seconds to wait for containerd to be back.", 60.0)
+    rpc_timeout: float = _doc("Seconds one config daemon call may take.", 10.0)
+    termination_log: str = _doc(
+        "Where the JSON result goes (the pod's terminationMessagePath). Empty: nowhere.",
+        "/dev/termination-log",
+    )
+    dry_run: bool = _doc("Print the diff that would be applied; change nothing.", False)
+    log_level: str = _doc("Log level: debug, info, warning or error.", "info")
+    log_format: str = _doc("Log format: json, console, or auto (json when not a terminal).", "auto")
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ConfigError(f"action {self.action!r}: expected one of {ACTIONS}")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"log_level {self.log_level!r}: expected one of {LOG_LEVELS}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"log_format {self.log_format!r}: expected one of {LOG_FORMATS}")
+        if self.new_config_version not in (2, 3):
+            raise ConfigError(f"new_config_version {self.new_config_version}: expected 2 or 3")
+        if not self.containerd_config.startswith("/"):
+            raise ConfigError(f"containerd_config {self.containerd_config!r}: expected a host path")
+        for name in ("restart_timeout", "rpc_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} {getattr(self, name)}: expected a positive number")
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name != "action"}
+
+
+def _bool(raw: str) -> bool:
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(raw)
+
+
+def _converter(name: str) -> Callable[[str], Any]:
+    kind = str(FIELDS[name].type)
+    table: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _bool}
+    return table.get(kind, str)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lj-runtimekit-job-agent", description=__doc__)
-    p.add_argument("--version", action="version", version=f"lj-runtimekit-job-agent {__version__}")
-    p.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="log level (default: info)",
+    p = argparse.ArgumentParser(
+        prog="lj-runtimekit-job-agent",
+        description="Enables or disables Runtime Kit on this node: the Runtime's config daemon and "
+        f"containerd's lj-runtime handler. Each flag also reads {ENV_PREFIX}<FLAG>. Exit codes: "
+        "0 done, 1 failed, 2 usage, 3 Runtime unavailable, 4 containerd config refused, "
+        "5 containerd not back after restart.",
     )
+    p.add_argument("--version", action="version", version=f"lj-runtimekit-job-agent {__version__}")
+    p.add_argument("action", choices=ACTIONS, help="what to do on this node")
+    for name, f in FIELDS.items():
+        flag = "--" + name.replace("_", "-")
+        if f.type in (bool, "bool"):
+            p.add_argument(
+                flag, dest=name, default=None, action="store_true", help=f.metadata["help"]
+            )
+            continue
+        p.add_argument(
+            flag,
+            dest=name,
+            default=None,
+            type=_converter(name),
+            help=f"{f.metadata['help']} (default: {f.default!r})",
+        )
     return p
 
 
-def load(argv: list[str] | None = None) -> Settings:
-    args = parser().parse_args(argv)
-    return Settings(log_level=args.log_level)
+def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """The effective settings; raises :class:`ConfigError` with what to fix."""
+    env = os.environ if environ is None else environ
+    args = vars(parser().parse_args(argv))
+    values: dict[str, Any] = {"action": args.pop("action")}
+    for name in FIELDS:
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is not None:
+            try:
+                values[name] = _converter(name)(raw)
+            except ValueError as e:
+                raise ConfigError(f"environment {ENV_PREFIX}{name.upper()}={raw!r} invalid") from e
+    values.update({k: v for k, v in args.items() if v is not None})
+    if not values.get("node_name"):
+        values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
+    return Settings(**values)

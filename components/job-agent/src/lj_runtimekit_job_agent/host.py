@@ -1,0 +1,121 @@
+"""The host side of the node: containerd's config files and its restart, under a root prefix."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import PermanentError, TemporaryError
+
+
+class HostFileError(PermanentError):
+    """A host file cannot be read or written."""
+
+
+class ContainerdNotBack(TemporaryError):
+    """containerd's restart command failed, or containerd did not answer after it."""
+
+
+def on_host(root: str, path: str) -> Path:
+    """``path`` (absolute on the host) seen under the host root prefix ``root``."""
+    return Path(root) / path.lstrip("/")
+
+
+def read(path: Path) -> str | None:
+    """The file's text, or None when it does not exist."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise HostFileError(f"cannot read {path}: {e.strerror}") from e
+
+
+def write_atomic(path: Path, text: str, backup: bool = True) -> Path | None:
+    """Replace ``path`` by ``text`` atomically: write beside, fsync, keep a backup, rename.
+
+    A crash at any point leaves either the old or the new file whole. Returns the backup path.
+    """
+    saved: Path | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+        if backup and path.exists():
+            saved = path.with_name(f"{path.name}.lj-runtimekit.bak")
+            _write_beside(saved, path.read_bytes(), mode)
+        _write_beside(path, text.encode(), mode)
+    except OSError as e:
+        raise HostFileError(f"cannot write {path}: {e.strerror}") from e
+    return saved
+
+
+def _write_beside(path: Path, data: bytes, mode: int) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise HostFileError(f"cannot remove {path}: {e.strerror}") from e
+    return True
+
+
+async def _run(command: str, limit_s: float) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *shlex.split(command), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), limit_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return -1, f"timed out after {limit_s:g}s"
+    return proc.returncode or 0, out.decode(errors="replace").strip()[-500:]
+
+
+async def restart_containerd(restart: str, confirm: str, limit_s: float) -> None:
+    """Run ``restart``, then ``confirm`` until it succeeds within ``limit_s`` seconds."""
+    try:
+        rc, out = await _run(restart, limit_s)
+    except OSError as e:
+        raise ContainerdNotBack(f"restart command {restart!r} cannot run: {e.strerror}") from e
+    if rc != 0:
+        raise ContainerdNotBack(f"restart command {restart!r} exited {rc}: {out}")
+    if not confirm:
+        return
+    deadline = time.monotonic() + limit_s
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            rc, last = await _run(confirm, max(deadline - time.monotonic(), 0.1))
+        except OSError as e:
+            raise ContainerdNotBack(f"confirm command {confirm!r} cannot run: {e.strerror}") from e
+        if rc == 0:
+            return
+        await asyncio.sleep(0.2)
+    raise ContainerdNotBack(
+        f"containerd not back {limit_s:g}s after restart: {confirm!r} last said: {last}; "
+        "check `journalctl -u containerd` on the node"
+    )
