@@ -85,9 +85,14 @@ cluster-down: $(UV) ## stop the local control plane started by cluster-up
 demo: setup k8s-bin ## the whole suite end to end on the local cluster (ARGS=--once | --keep)
 	$(VENV)/bin/python -m lj_runtimekit_testkit.demo $(ARGS)
 
+# v<version> of a component, from its pyproject.toml.
+component_version = v$(shell sed -nE 's/^version = "([^"]+)"/\1/p' components/$(1)/pyproject.toml)
+bake_var = $(shell echo $(1) | tr a-z- A-Z_)_VERSION
+
 .PHONY: docker
-docker: generate ## build the component images (needs a Docker engine with buildx)
-	REGISTRY=$(REGISTRY) docker buildx bake $(COMPONENTS)
+docker: generate ## build the component images, each tagged with its own version (needs Docker + buildx)
+	REGISTRY=$(REGISTRY) $(if $(lj_runtimekit_version),lj_runtimekit_version=$(lj_runtimekit_version),$(foreach c,$(COMPONENTS),$(call bake_var,$(c))=$(call component_version,$(c)))) \
+	  docker buildx bake $(COMPONENTS)
 
 .PHONY: clean
 clean: ## remove build outputs (the binary cache in ~/.cache stays)
