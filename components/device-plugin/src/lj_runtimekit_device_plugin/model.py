@@ -1,0 +1,94 @@
+"""Plain data of the device plugin: the Runtime's devices as the domain sees them.
+
+:mod:`runtime` converts protobuf messages to these once; everything else reads only these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Link:
+    """A connection from one device to a peer."""
+
+    peer_id: str
+    type: str
+    """nvlink, pcie_switch, pcie_host_bridge, system or unspecified."""
+    bandwidth_gbps: float = 0.0
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A MIG instance or a TDM slice of a device."""
+
+    id: str
+    profile: str
+    memory_bytes: int = 0
+    compute_units: int = 0
+    time_percent: int = 0
+    healthy: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator, with its health and partitioning."""
+
+    id: str
+    uuid: str = ""
+    index: int = 0
+    kind: str = "gpu"
+    """gpu, ppu, amd, other or unspecified."""
+    vendor: str = ""
+    model: str = ""
+    memory_bytes: int = 0
+    compute_units: int = 0
+    numa_node: int = -1
+    pci_bus_id: str = ""
+    links: tuple[Link, ...] = ()
+    partition_mode: str = "none"
+    """none, mig, tdm (or unspecified, read as none)."""
+    partitions: tuple[Partition, ...] = ()
+    healthy: bool = True
+    reason: str = ""
+    device_nodes: tuple[str, ...] = ()
+
+    @property
+    def memory_gib(self) -> int:
+        """Whole GiB of memory: the device's gpu-memory units."""
+        return self.memory_bytes // GIB
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What GetVersion said."""
+
+    version: str = ""
+    api_version: str = ""
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class Injection:
+    """What a container gets for its devices, for the lj-runtime handler."""
+
+    envs: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    device_nodes: tuple[tuple[str, str, str], ...] = ()
+    """(container path, host path, permissions)."""
+    mounts: tuple[tuple[str, str, bool], ...] = ()
+    """(container path, host path, read only)."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One allocation the Runtime made."""
+
+    id: str
+    device_ids: tuple[str, ...]
+    injection: Injection
+    core_percent: int = 0
+    memory_bytes: int = 0
