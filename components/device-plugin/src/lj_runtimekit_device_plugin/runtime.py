@@ -1,0 +1,222 @@
+"""The only module that talks to the Runtime: DeviceService over its unix socket.
+
+Protobuf messages become :mod:`model` data here, once. Reconnects follow the guide's backoff
+(1 s, x2, 30 s max) through tenacity. An older Runtime that lacks WatchDevices (absent from
+GetVersion's capabilities, or UNIMPLEMENTED) degrades to the periodic check with one clear log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+
+import grpc
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from lj_runtimekit_interface import sockets
+from lj_runtimekit_interface.runtime.v1 import device_pb2, device_pb2_grpc
+
+from .errors import PermanentError, TemporaryError
+from .model import Allocation, Device, Injection, Link, Partition, RuntimeInfo
+
+log = structlog.get_logger(__name__)
+
+WATCH_DEVICES = "DeviceService.WatchDevices"
+CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 1000),
+    ("grpc.min_reconnect_backoff_ms", 1000),
+    ("grpc.max_reconnect_backoff_ms", 30000),
+)
+#: The guide's reconnect backoff: 1 s initial, x2, 30 s max.
+BACKOFF = wait_exponential(multiplier=1, exp_base=2, min=1, max=30)
+
+
+class RuntimeUnavailable(TemporaryError):
+    """The Runtime did not answer (socket missing, restarting, slow, or garbage)."""
+
+
+class MethodMissing(PermanentError):
+    """This Runtime does not implement a method."""
+
+
+class AllocationRefused(PermanentError):
+    """The Runtime refused an allocation (bad ids, no room on the device)."""
+
+
+def _enum(enum: object, number: int, prefix: str) -> str:
+    try:
+        name: str = enum.Name(number)  # type: ignore[attr-defined]
+    except ValueError:
+        return "unspecified"
+    return name.removeprefix(prefix).lower()
+
+
+def device_from_proto(d: device_pb2.Device) -> Device:
+    """One Runtime device as domain data; unknown enum numbers read as ``unspecified``."""
+    mode = _enum(device_pb2.PartitionMode, d.partition_mode, "PARTITION_MODE_")
+    return Device(
+        id=d.id,
+        uuid=d.uuid,
+        index=d.index,
+        kind=_enum(device_pb2.DeviceKind, d.kind, "DEVICE_KIND_"),
+        vendor=d.vendor,
+        model=d.model,
+        memory_bytes=d.memory_bytes,
+        compute_units=d.compute_units,
+        numa_node=d.numa_node,
+        pci_bus_id=d.pci_bus_id,
+        links=tuple(
+            Link(lk.peer_id, _enum(device_pb2.LinkType, lk.type, "LINK_TYPE_"), lk.bandwidth_gbps)
+            for lk in d.links
+        ),
+        partition_mode="none" if mode == "unspecified" else mode,
+        partitions=tuple(
+            Partition(
+                id=p.id,
+                profile=p.profile,
+                memory_bytes=p.memory_bytes,
+                compute_units=p.compute_units,
+                time_percent=p.time_percent,
+                healthy=p.health.state != device_pb2.HEALTH_STATE_UNHEALTHY,
+                reason=p.health.reason,
+            )
+            for p in d.partitions
+        ),
+        healthy=d.health.state != device_pb2.HEALTH_STATE_UNHEALTHY,
+        reason=d.health.reason,
+        device_nodes=tuple(d.device_nodes),
+    )
+
+
+def allocation_from_proto(a: device_pb2.Allocation) -> Allocation:
+    inj = a.injection
+    return Allocation(
+        id=a.id,
+        device_ids=tuple(a.device_ids),
+        core_percent=a.core_percent,
+        memory_bytes=a.memory_bytes,
+        injection=Injection(
+            envs=tuple(sorted(inj.envs.items())),
+            annotations=tuple(sorted(inj.annotations.items())),
+            device_nodes=tuple(
+                (n.container_path, n.host_path, n.permissions) for n in inj.device_nodes
+            ),
+            mounts=tuple((m.container_path, m.host_path, m.read_only) for m in inj.mounts),
+        ),
+    )
+
+
+def _validate(devices: list[Device]) -> list[Device]:
+    ids = [d.id for d in devices]
+    if any(not i for i in ids) or len(set(ids)) != len(ids):
+        raise RuntimeUnavailable(f"Runtime answered an inventory with empty or repeated ids: {ids}")
+    return devices
+
+
+class RuntimeClient:
+    """A DeviceService client on ``<socket_dir>/device-daemon.sock``."""
+
+    def __init__(self, socket_dir: str, timeout: float = 5.0) -> None:
+        self.path = os.path.join(socket_dir, sockets.DEVICE_SOCKET)
+        self.timeout = timeout
+        self._channel = grpc.aio.insecure_channel(
+            sockets.unix_target(self.path), options=CHANNEL_OPTIONS
+        )
+        self._stub = device_pb2_grpc.DeviceServiceStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    def _unavailable(self, method: str, e: grpc.aio.AioRpcError) -> RuntimeUnavailable:
+        where = self.path if os.path.exists(self.path) else f"{self.path} (missing)"
+        return RuntimeUnavailable(
+            f"Runtime {method} on {where} failed: {e.code().name} {e.details()}: "
+            "is the Runtime service running?"
+        )
+
+    async def version(self) -> RuntimeInfo:
+        try:
+            r = await self._stub.GetVersion(device_pb2.GetVersionRequest(), timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                log.warning("runtime_lacks_get_version", socket=self.path)
+                return RuntimeInfo()
+            raise self._unavailable("GetVersion", e) from e
+        return RuntimeInfo(r.version, r.api_version, frozenset(r.capabilities))
+
+    async def list_devices(self) -> list[Device]:
+        try:
+            r = await self._stub.ListDevices(device_pb2.ListDevicesRequest(), timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise self._unavailable("ListDevices", e) from e
+        return _validate([device_from_proto(d) for d in r.devices])
+
+    async def watch(self) -> AsyncIterator[tuple[str, list[Device]]]:
+        """(event type, devices) from WatchDevices; the first is the full snapshot."""
+        call = self._stub.WatchDevices(device_pb2.WatchDevicesRequest())
+        try:
+            async for ev in call:
+                kind = _enum(device_pb2.DeviceEventType, ev.type, "DEVICE_EVENT_TYPE_")
+                yield kind, [device_from_proto(d) for d in ev.devices]
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise MethodMissing(f"this Runtime lacks {WATCH_DEVICES}") from e
+            raise self._unavailable("WatchDevices", e) from e
+        finally:
+            call.cancel()
+        raise RuntimeUnavailable(f"Runtime {WATCH_DEVICES} stream on {self.path} ended")
+
+    async def allocate(
+        self,
+        *,
+        pod: tuple[str, str, str],
+        container: str,
+        resource: str,
+        device_ids: list[str],
+        core_percent: int = 0,
+        memory_bytes: int = 0,
+    ) -> Allocation:
+        req = device_pb2.AllocateRequest(
+            pod=device_pb2.PodRef(namespace=pod[0], name=pod[1], uid=pod[2]),
+            container=container,
+            resource_name=resource,
+            device_ids=device_ids,
+            core_percent=core_percent,
+            memory_bytes=memory_bytes,
+        )
+        try:
+            r = await self._stub.Allocate(req, timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            if e.code() in (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                grpc.StatusCode.NOT_FOUND,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                grpc.StatusCode.FAILED_PRECONDITION,
+            ):
+                raise AllocationRefused(
+                    f"Runtime refused allocation of {device_ids}: {e.details()}"
+                ) from e
+            raise self._unavailable("Allocate", e) from e
+        return allocation_from_proto(r.allocation)
+
+
+def retrying(what: str) -> AsyncRetrying:
+    """Retry RuntimeUnavailable forever with the guide's backoff, logging each wait."""
+
+    def before_sleep(state: object) -> None:
+        outcome = getattr(state, "outcome", None)
+        nxt = getattr(getattr(state, "next_action", None), "sleep", None)
+        log.warning(
+            "runtime_unavailable",
+            during=what,
+            error=str(outcome.exception()) if outcome is not None else "",
+            retry_in_s=nxt,
+        )
+
+    return AsyncRetrying(
+        retry=retry_if_exception_type(RuntimeUnavailable),
+        wait=BACKOFF,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
