@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kwok) from Go modules with this machine's Go toolchain, into a cache keyed by version.
+# kwok) and the operator's tools the deploy tests drive (kubectl, helm) from Go modules with this
+# machine's Go toolchain, into a cache keyed by version. Only missing binaries are built.
 # Prints the directory holding the binaries on its last line.
 #
 # Honours KUBEBUILDER_ASSETS (the envtest convention) when it already holds every binary.
@@ -9,7 +10,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm)
+kube_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 have_all() {
   local dir=$1 b
@@ -34,7 +36,7 @@ command -v go >/dev/null || { echo "go not found: the test control plane is buil
 proxy=${GOPROXY:-$(go env GOPROXY)}
 proxy=${proxy%%,*}
 work="$cache/k8s/src-$key"
-mkdir -p "$work" "$out.partial"
+mkdir -p "$work"
 export GOFLAGS=-buildvcs=false CGO_ENABLED=0
 
 k8s_minor=${KUBERNETES_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
@@ -68,12 +70,13 @@ import (
 )
 GO
   go mod tidy -e >/dev/null 2>&1 || true
-  go get k8s.io/kubernetes/cmd/kube-apiserver@"$KUBERNETES_VERSION" >/dev/null
   local pkg=k8s.io/component-base/version
   local ld="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$k8s_minor"
-  go build -tags tools -trimpath -ldflags "$ld" -o "$out.partial/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+  local pkgs=() b
+  for b in "${kube_binaries[@]}"; do missing "$b" && pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+  go get "${pkgs[@]/%/@$KUBERNETES_VERSION}" >/dev/null
+  go build -tags tools -trimpath -ldflags "$ld" -o "$out.partial/" "${pkgs[@]}"
 }
 
 build_module_main() { # name module package version ldflags
@@ -85,13 +88,23 @@ build_module_main() { # name module package version ldflags
   go build -trimpath -ldflags "-s -w $ld" -o "$out.partial/$name" "$pkg"
 }
 
+missing() { [[ ! -x "$out/$1" ]]; }
+
 start=$(date +%s)
-echo "building the test control plane into $out (first time only)" >&2
-build_kubernetes
-build_module_main etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 "$ETCD_VERSION" ""
-build_module_main kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
+echo "building the missing test binaries into $out (first time only)" >&2
+rm -rf "$out.partial"
+mkdir -p "$out.partial"
+need_kube=false
+for b in "${kube_binaries[@]}"; do missing "$b" && need_kube=true; done
+$need_kube && build_kubernetes
+missing etcd && build_module_main etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 "$ETCD_VERSION" ""
+missing kwok && build_module_main kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
   "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$KUBERNETES_VERSION"
-rm -rf "$out"
-mv "$out.partial" "$out"
+missing helm && build_module_main helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm "$HELM_VERSION" \
+  "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
+# Each binary lands whole or not at all: a build cut off halfway leaves only the .partial dir.
+mkdir -p "$out"
+for b in "$out.partial"/*; do mv -f "$b" "$out/"; done
+rm -rf "$out.partial"
 echo "built in $(( $(date +%s) - start )) s" >&2
 echo "$out"
