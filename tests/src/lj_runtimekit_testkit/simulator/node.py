@@ -1,0 +1,209 @@
+"""The simulated node's live state: devices with health and partitioning, allocations, features.
+
+Changes are published to watchers as ``(event type, devices)``; features and partitioning are
+kept in an optional JSON state file so that a restarted simulator comes back as it was left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import structlog
+
+from lj_runtimekit_testkit.simulator.inventory import (
+    Device,
+    Health,
+    Inventory,
+    InventoryError,
+    Mode,
+    partitions_for,
+)
+from lj_runtimekit_testkit.simulator.ledger import Ledger, Refusal, RuntimeRefusal
+
+log = structlog.get_logger("lj_runtime_sim")
+
+
+@dataclass(frozen=True)
+class DeviceEvent:
+    kind: str  # "ADDED", "REMOVED", "HEALTH_CHANGED", "PARTITIONS_CHANGED"; None ends a stream
+    devices: tuple[Device, ...]
+
+
+class NodeState:
+    """One node: mutable devices, the allocation ledger, feature switches, watcher queues."""
+
+    def __init__(
+        self, inventory: Inventory, node: str | None = None, state_file: Path | None = None
+    ) -> None:
+        self.inventory = inventory
+        self.node = node or inventory.node
+        self.devices: dict[str, Device] = {d.id: d for d in inventory.devices}
+        self.ledger = Ledger(inventory, self.node)
+        self.features: dict[str, bool] = {f: inventory.features_enabled for f in inventory.features}
+        self.state_file = state_file
+        self._watchers: set[asyncio.Queue[DeviceEvent | None]] = set()
+        self._load_state()
+
+    # ---------------------------------------------------------------- watchers
+    def subscribe(self) -> asyncio.Queue[DeviceEvent | None]:
+        queue: asyncio.Queue[DeviceEvent | None] = asyncio.Queue()
+        self._watchers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[DeviceEvent | None]) -> None:
+        self._watchers.discard(queue)
+
+    def end_watches(self) -> None:
+        """Tell every open WatchDevices stream to end (with UNAVAILABLE: the Runtime goes away)."""
+        for queue in self._watchers:
+            queue.put_nowait(None)
+
+    def publish(self, kind: str, devices: tuple[Device, ...]) -> None:
+        for queue in self._watchers:
+            queue.put_nowait(DeviceEvent(kind, devices))
+
+    # ---------------------------------------------------------------- changes
+    def set_health(self, device_id: str, healthy: bool, reason: str = "") -> None:
+        """Flip a device or one partition; publishes HEALTH_CHANGED only when it changed."""
+        health = Health(healthy, "" if healthy else (reason or "unhealthy (simulated)"))
+        for dev in self.devices.values():
+            if dev.id == device_id:
+                if dev.health == health:
+                    return
+                new = replace(dev, health=health)
+                break
+            parts = [replace(p, health=health) if p.id == device_id else p for p in dev.partitions]
+            if parts != list(dev.partitions):
+                new = replace(dev, partitions=tuple(parts))
+                break
+            if any(p.id == device_id for p in dev.partitions):
+                return
+        else:
+            raise KeyError(
+                f"unknown device or partition {device_id!r}; known: {sorted(self.devices)}"
+            )
+        self.devices[new.id] = new
+        log.info(
+            "device_health_changed",
+            node=self.node,
+            device=device_id,
+            healthy=healthy,
+            reason=health.reason,
+        )
+        self.publish("HEALTH_CHANGED", (new,))
+
+    def remove_device(self, device_id: str) -> None:
+        dev = self.devices.pop(device_id)
+        self.publish("REMOVED", (dev,))
+
+    def add_device(self, device: Device) -> None:
+        if device.id in self.devices:
+            raise ValueError(f"device {device.id!r} exists already")
+        self.devices[device.id] = device
+        self.publish("ADDED", (device,))
+
+    def set_features(self, enabled: bool, names: list[str]) -> bool:
+        unknown = sorted(set(names) - set(self.features))
+        if unknown:
+            raise RuntimeRefusal(
+                Refusal.INVALID,
+                f"unknown features {unknown}; this Runtime has {sorted(self.features)}",
+            )
+        before = dict(self.features)
+        for name in names or list(self.features):
+            self.features[name] = enabled
+        changed = before != self.features
+        if changed:
+            log.info("features_changed", node=self.node, features=self.features)
+            self._save_state()
+        return changed
+
+    @property
+    def enabled(self) -> bool:
+        return any(self.features.values())
+
+    def set_partitioning(self, device_id: str, mode: Mode, specs: list[str] | list[int]) -> Device:
+        """Repartition an idle device; raises RuntimeRefusal with the reason it cannot."""
+        dev = self.devices.get(device_id)
+        if dev is None:
+            raise RuntimeRefusal(
+                Refusal.NOT_FOUND, f"unknown device {device_id!r}; known: {sorted(self.devices)}"
+            )
+        if mode is not Mode.NONE and mode not in dev.supports:
+            raise RuntimeRefusal(
+                Refusal.PRECONDITION,
+                f"{device_id} does not support "
+                f"{mode.value}; it supports {sorted(m.value for m in dev.supports)}",
+            )
+        busy = self.ledger.on_device(device_id)
+        if busy:
+            raise RuntimeRefusal(
+                Refusal.PRECONDITION,
+                f"{device_id} has live allocations {[a.id for a in busy]}; release them first",
+            )
+        try:
+            parts = partitions_for(device_id, dev.memory_bytes, dev.compute_units, mode, specs)
+        except InventoryError as e:
+            raise RuntimeRefusal(Refusal.INVALID, str(e)) from e
+        new = replace(dev, mode=mode, partitions=parts)
+        if new != dev:
+            self.devices[device_id] = new
+            log.info(
+                "partitioning_changed",
+                node=self.node,
+                device=device_id,
+                mode=mode.value,
+                partitions=[p.id for p in parts],
+            )
+            self.publish("PARTITIONS_CHANGED", (new,))
+            self._save_state()
+        return new
+
+    # ---------------------------------------------------------------- state file
+    def _save_state(self) -> None:
+        if self.state_file is None:
+            return
+        doc = {
+            "version": "v1",
+            "features": self.features,
+            "partitioning": {
+                d.id: {
+                    "mode": d.mode.value,
+                    "specs": [
+                        p.profile if d.mode is Mode.MIG else p.time_percent for p in d.partitions
+                    ],
+                }
+                for d in self.devices.values()
+            },
+        }
+        tmp = self.state_file.with_suffix(self.state_file.suffix + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+        os.replace(tmp, self.state_file)
+
+    def _load_state(self) -> None:
+        if self.state_file is None or not self.state_file.exists():
+            return
+        try:
+            doc = json.loads(self.state_file.read_text(encoding="utf-8"))
+            if doc.get("version") != "v1":
+                raise ValueError(f"version {doc.get('version')!r}, expected 'v1'")
+            for name, on in doc["features"].items():
+                if name in self.features:
+                    self.features[name] = bool(on)
+            for dev_id, spec in doc["partitioning"].items():
+                dev = self.devices.get(dev_id)
+                if dev is not None:
+                    mode = Mode(spec["mode"])
+                    parts = partitions_for(
+                        dev_id, dev.memory_bytes, dev.compute_units, mode, spec["specs"]
+                    )
+                    self.devices[dev_id] = replace(dev, mode=mode, partitions=parts)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise InventoryError(
+                f"state file {self.state_file} is unreadable: {e}; "
+                "delete it to start from the inventory"
+            ) from e
