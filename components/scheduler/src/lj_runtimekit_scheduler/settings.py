@@ -1,11 +1,54 @@
-"""Settings of the scheduler: flag > environment > ConfigMap file > default."""
+"""Settings of the scheduler: flag > environment > ConfigMap file > default.
+
+The config file (mounted from the ConfigMap) is YAML with ``version: v1``::
+
+    version: v1
+    schedulerName: lj-runtimekit-scheduler
+    gpuStrategy: binpack          # or spread
+    plugins:
+      - {name: NodeResourcesFit}
+      - {name: GpuTopology, weight: 2}
+      - {name: NodeAffinity, enabled: false}
+"""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from . import __version__
+from .errors import ConfigError
+
+DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
+    ("SchedulingGates", 0),
+    ("UnsupportedFeatures", 0),
+    ("NodeName", 0),
+    ("NodeUnschedulable", 0),
+    ("NodeReady", 0),
+    ("NodeAffinity", 1),
+    ("TaintToleration", 1),
+    ("NodePorts", 0),
+    ("NodeResourcesFit", 1),
+    ("GpuFit", 2),
+    ("GpuTopology", 1),
+    ("DefaultBinder", 0),
+)
+"""Plugins enabled by default and their score weights (0: the plugin does not score)."""
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """One plugin of the profile."""
+
+    name: str
+    weight: int = 1
+    """Multiplier of the plugin's normalised score (0-100) in the node's total."""
 
 
 @dataclass(frozen=True)
@@ -14,20 +57,181 @@ class Settings:
 
     log_level: str = "info"
     """Log level: debug, info, warning or error."""
+    scheduler_name: str = "lj-runtimekit-scheduler"
+    """Pods whose ``spec.schedulerName`` equals this are ours."""
+    gpu_strategy: str = "binpack"
+    """``binpack`` fills busy GPUs/nodes first (less fragmentation); ``spread`` the idle ones."""
+    plugins: tuple[PluginConfig, ...] = field(
+        default_factory=lambda: tuple(PluginConfig(n, w) for n, w in DEFAULT_PLUGINS)
+    )
+    """Enabled plugins, in order, with weights."""
+    feature_label: str = "lj_runtimekit_enable"
+    """Node label (value ``true``) that marks nodes whose GPUs we place onto."""
+    kubeconfig: str | None = None
+    """Path of a kubeconfig; ``None``: in-cluster config."""
+    namespace: str = "kube-system"
+    """Namespace of the leader-election Lease."""
+    lease_name: str = "lj-runtimekit-scheduler"
+    """Name of the Lease two replicas compete for."""
+    leader_elect: bool = True
+    """Take the Lease before scheduling; off for a single replica in tests."""
+    lease_duration_s: float = 15.0
+    """How long a Lease is valid without renewal (kube-scheduler's default: 15 s)."""
+    metrics_port: int = 10259
+    """Port of ``/metrics`` and ``/healthz`` (0: a free port)."""
+    qps: float = 5000.0
+    """Client-side request rate limit towards the apiserver (requests per second)."""
+    burst: int = 5000
+    """Client-side burst above ``qps``."""
+    backoff_initial_s: float = 1.0
+    """First retry delay of an unschedulable pod; doubles per attempt."""
+    backoff_max_s: float = 10.0
+    """Largest retry delay (kube-scheduler's podMaxBackoffSeconds default)."""
+    unschedulable_retry_s: float = 60.0
+    """A pod parked as unschedulable is retried at least this often, events or not."""
+    assume_ttl_s: float = 30.0
+    """An assumed pod whose binding is never seen is forgotten after this."""
+    gang_timeout_s: float = 60.0
+    """How long a partly known gang waits for its missing members before it is requeued."""
+    topology_labels: tuple[str, ...] = (
+        "lj-runtimekit.aliyun.com/block",
+        "topology.kubernetes.io/rack",
+    )
+    """Node labels of the network-topology levels, widest first; gangs pack into the smallest."""
+
+
+ENV = {
+    "log_level": "LJ_SCHEDULER_LOG_LEVEL",
+    "scheduler_name": "LJ_SCHEDULER_NAME",
+    "kubeconfig": "KUBECONFIG",
+}
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lj-runtimekit-scheduler", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="lj-runtimekit-scheduler",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"lj-runtimekit-scheduler {__version__}")
+    p.add_argument("--config", type=Path, help="versioned YAML config file (from the ConfigMap)")
     p.add_argument(
         "--log-level",
-        default="info",
         choices=["debug", "info", "warning", "error"],
-        help="log level (default: info)",
+        help="log level (env LJ_SCHEDULER_LOG_LEVEL; default: info)",
     )
+    p.add_argument("--scheduler-name", help="schedulerName of our pods (env LJ_SCHEDULER_NAME)")
+    p.add_argument("--gpu-strategy", choices=["binpack", "spread"], help="GPU placement strategy")
+    p.add_argument("--kubeconfig", help="kubeconfig path (env KUBECONFIG; default: in-cluster)")
+    p.add_argument("--namespace", help="namespace of the leader Lease (default: kube-system)")
+    p.add_argument("--no-leader-elect", action="store_true", help="schedule without a Lease")
+    p.add_argument("--metrics-port", type=int, help="port of /metrics and /healthz (default 10259)")
+    p.add_argument("--qps", type=float, help="apiserver client QPS (default 5000)")
+    p.add_argument("--burst", type=int, help="apiserver client burst (default 5000)")
     return p
 
 
-def load(argv: list[str] | None = None) -> Settings:
+def parse_file(data: Any, source: str) -> dict[str, Any]:
+    """Validate a config document and return the Settings fields it sets."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a mapping with 'version: v1'")
+    if data.get("version") != "v1":
+        raise ConfigError(f"{source}: unknown config version {data.get('version')!r}; expected v1")
+    known = {
+        "version",
+        "schedulerName",
+        "gpuStrategy",
+        "plugins",
+        "featureLabel",
+        "topologyLabels",
+        "gangTimeoutSeconds",
+        "assumeTTLSeconds",
+    }
+    unknown = set(data) - known
+    if unknown:
+        raise ConfigError(f"{source}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    out: dict[str, Any] = {}
+    if "schedulerName" in data:
+        out["scheduler_name"] = _str(data["schedulerName"], source, "schedulerName")
+    if "gpuStrategy" in data:
+        if data["gpuStrategy"] not in ("binpack", "spread"):
+            raise ConfigError(f"{source}: gpuStrategy must be binpack or spread")
+        out["gpu_strategy"] = data["gpuStrategy"]
+    if "featureLabel" in data:
+        out["feature_label"] = _str(data["featureLabel"], source, "featureLabel")
+    if "topologyLabels" in data:
+        labels = data["topologyLabels"]
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise ConfigError(f"{source}: topologyLabels must be a list of label keys")
+        out["topology_labels"] = tuple(labels)
+    for key, attr in (
+        ("gangTimeoutSeconds", "gang_timeout_s"),
+        ("assumeTTLSeconds", "assume_ttl_s"),
+    ):
+        if key in data:
+            if not isinstance(data[key], int | float) or data[key] <= 0:
+                raise ConfigError(f"{source}: {key} must be a positive number")
+            out[attr] = float(data[key])
+    if "plugins" in data:
+        out["plugins"] = _plugins(data["plugins"], source)
+    return out
+
+
+def _str(value: Any, source: str, key: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{source}: {key} must be a non-empty string")
+    return value
+
+
+def _plugins(entries: Any, source: str) -> tuple[PluginConfig, ...]:
+    from .plugins.registry import REGISTRY
+
+    if not isinstance(entries, list):
+        raise ConfigError(f"{source}: plugins must be a list of {{name, weight, enabled}}")
+    chosen = {n: w for n, w in DEFAULT_PLUGINS}
+    order = [n for n, _ in DEFAULT_PLUGINS]
+    for e in entries:
+        if not isinstance(e, Mapping) or not isinstance(e.get("name"), str):
+            raise ConfigError(f"{source}: each plugin needs a name, got {e!r}")
+        name = e["name"]
+        if name not in REGISTRY:
+            raise ConfigError(f"{source}: unknown plugin {name!r}; known: {sorted(REGISTRY)}")
+        weight = e.get("weight", chosen.get(name, 1))
+        if not isinstance(weight, int) or weight < 0:
+            raise ConfigError(f"{source}: weight of {name} must be a non-negative integer")
+        if e.get("enabled", True) is False:
+            chosen.pop(name, None)
+            continue
+        chosen[name] = weight
+        if name not in order:
+            order.append(name)
+    return tuple(PluginConfig(n, chosen[n]) for n in order if n in chosen)
+
+
+def load(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> Settings:
     args = parser().parse_args(argv)
-    return Settings(log_level=args.log_level)
+    environ = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    if args.config is not None:
+        try:
+            doc = yaml.safe_load(args.config.read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"cannot read config file {args.config}: {e}") from e
+        values.update(parse_file(doc, str(args.config)))
+    for attr, var in ENV.items():
+        if environ.get(var):
+            values[attr] = environ[var]
+    flags = {
+        "log_level": args.log_level,
+        "scheduler_name": args.scheduler_name,
+        "gpu_strategy": args.gpu_strategy,
+        "kubeconfig": args.kubeconfig,
+        "namespace": args.namespace,
+        "metrics_port": args.metrics_port,
+        "qps": args.qps,
+        "burst": args.burst,
+    }
+    values.update({k: v for k, v in flags.items() if v is not None})
+    if args.no_leader_elect:
+        values["leader_elect"] = False
+    return Settings(**values)

@@ -1,0 +1,232 @@
+"""The scheduling cycle in the shape of the Kubernetes Scheduler Framework. No I/O here:
+binding and annotation writes go through the :class:`Binder` the app provides."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from .model import Pod
+from .state import ClusterState, NodeInfo
+
+
+@dataclass
+class CycleState:
+    """Scratch space of one pod's cycle, shared by its plugins (keyed by plugin NAME)."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Status:
+    """A plugin's verdict; ``reason`` is shown in FailedScheduling."""
+
+    ok: bool = True
+    reason: str = ""
+    unresolvable: bool = False
+    """No change in the cluster would help (e.g. an unsupported feature)."""
+
+
+OK = Status()
+
+
+def fail(reason: str, unresolvable: bool = False) -> Status:
+    return Status(False, reason, unresolvable)
+
+
+@runtime_checkable
+class PreFilterPlugin(Protocol):
+    NAME: str
+
+    def pre_filter(self, cs: CycleState, pod: Pod) -> Status: ...
+
+
+@runtime_checkable
+class FilterPlugin(Protocol):
+    NAME: str
+
+    def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status: ...
+
+
+@runtime_checkable
+class PostFilterPlugin(Protocol):
+    NAME: str
+
+    def post_filter(self, cs: CycleState, pod: Pod, reasons: dict[str, str]) -> Status: ...
+
+
+@runtime_checkable
+class PreScorePlugin(Protocol):
+    NAME: str
+
+    def pre_score(self, cs: CycleState, pod: Pod, nodes: list[NodeInfo]) -> Status: ...
+
+
+@runtime_checkable
+class ScorePlugin(Protocol):
+    NAME: str
+
+    def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int: ...
+
+
+@runtime_checkable
+class NormalizeScorePlugin(Protocol):
+    NAME: str
+
+    def normalize(self, scores: dict[str, int]) -> dict[str, int]: ...
+
+
+@runtime_checkable
+class ReservePlugin(Protocol):
+    NAME: str
+
+    def reserve(self, cs: CycleState, pod: Pod, node: str) -> Status: ...
+
+    def unreserve(self, cs: CycleState, pod: Pod, node: str) -> None: ...
+
+
+@runtime_checkable
+class PermitPlugin(Protocol):
+    NAME: str
+
+    def permit(self, cs: CycleState, pod: Pod, node: str) -> Status: ...
+
+
+@runtime_checkable
+class PreBindPlugin(Protocol):
+    NAME: str
+
+    async def pre_bind(self, cs: CycleState, pod: Pod, node: str, binder: Binder) -> Status: ...
+
+
+@runtime_checkable
+class BindPlugin(Protocol):
+    NAME: str
+
+    async def bind(self, cs: CycleState, pod: Pod, node: str, binder: Binder) -> Status: ...
+
+
+class Binder(Protocol):
+    """The apiserver writes the cycle needs (implemented in ``kube.py``)."""
+
+    async def annotate(self, pod: Pod, annotations: dict[str, str]) -> None: ...
+
+    async def bind(self, pod: Pod, node: str) -> None: ...
+
+
+def normalize_max(scores: dict[str, int]) -> dict[str, int]:
+    """Scale to 0-100 by the best node (kube-scheduler's DefaultNormalizeScore)."""
+    top = max(scores.values(), default=0)
+    if top <= 0:
+        return dict.fromkeys(scores, 0)
+    return {k: v * 100 // top for k, v in scores.items()}
+
+
+@dataclass(frozen=True)
+class Result:
+    node: str | None
+    reasons: dict[str, str]
+    """node → the first failing plugin's reason (or ``"*"`` for a pod-level reason)."""
+    unresolvable: bool = False
+
+
+class Profile:
+    """The enabled plugins, by extension point, with their weights."""
+
+    def __init__(self, plugins: list[tuple[object, int]]) -> None:
+        self.pre_filter = [p for p, _ in plugins if isinstance(p, PreFilterPlugin)]
+        self.filter = [p for p, _ in plugins if isinstance(p, FilterPlugin)]
+        self.post_filter = [p for p, _ in plugins if isinstance(p, PostFilterPlugin)]
+        self.pre_score = [p for p, _ in plugins if isinstance(p, PreScorePlugin)]
+        self.score = [(p, w) for p, w in plugins if isinstance(p, ScorePlugin) and w > 0]
+        self.reserve = [p for p, _ in plugins if isinstance(p, ReservePlugin)]
+        self.permit = [p for p, _ in plugins if isinstance(p, PermitPlugin)]
+        self.pre_bind = [p for p, _ in plugins if isinstance(p, PreBindPlugin)]
+        self.bind = [p for p, _ in plugins if isinstance(p, BindPlugin)]
+        self.timings: dict[tuple[str, str], float] = {}
+        self.observe: Callable[[str, str, float], None] = lambda point, name, s: None
+
+    def _timed(self, point: str, name: str, t0: float) -> None:
+        self.observe(point, name, time.perf_counter() - t0)
+
+    def find_node(
+        self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None = None
+    ) -> Result:
+        """PreFilter → Filter → (PostFilter) → PreScore → Score/Normalize: the best node."""
+        for p in self.pre_filter:
+            t0 = time.perf_counter()
+            st = p.pre_filter(cs, pod)
+            self._timed("PreFilter", p.NAME, t0)
+            if not st.ok:
+                return Result(None, {"*": f"{p.NAME}: {st.reason}"}, st.unresolvable)
+        feasible: list[NodeInfo] = []
+        reasons: dict[str, str] = {}
+        t0 = time.perf_counter()
+        infos = (
+            state.nodes.values()
+            if names is None
+            else (state.nodes[n] for n in names if n in state.nodes)
+        )
+        for info in infos:
+            for f in self.filter:
+                st = f.filter(cs, pod, info)
+                if not st.ok:
+                    reasons[info.node.name] = f"{f.NAME}: {st.reason}"
+                    break
+            else:
+                feasible.append(info)
+        self._timed("Filter", "all", t0)
+        if not feasible:
+            for pf in self.post_filter:
+                pf.post_filter(cs, pod, reasons)
+            return Result(None, reasons)
+        if len(feasible) == 1 or not self.score:
+            return Result(feasible[0].node.name, reasons)
+        for ps in self.pre_score:
+            ps.pre_score(cs, pod, feasible)
+        total = dict.fromkeys((i.node.name for i in feasible), 0)
+        for sp, weight in self.score:
+            t0 = time.perf_counter()
+            raw = {i.node.name: sp.score(cs, pod, i) for i in feasible}
+            norm = sp.normalize(raw) if isinstance(sp, NormalizeScorePlugin) else raw
+            for k, v in norm.items():
+                total[k] += weight * v
+            self._timed("Score", sp.NAME, t0)
+        best = max(total.items(), key=lambda kv: (kv[1], kv[0]))
+        return Result(best[0], reasons)
+
+    def reserve_all(self, cs: CycleState, pod: Pod, node: str) -> Status:
+        done: list[ReservePlugin] = []
+        for p in self.reserve:
+            st = p.reserve(cs, pod, node)
+            if not st.ok:
+                for q in reversed(done):
+                    q.unreserve(cs, pod, node)
+                return fail(f"{p.NAME}: {st.reason}")
+            done.append(p)
+        return OK
+
+    def unreserve_all(self, cs: CycleState, pod: Pod, node: str) -> None:
+        for p in reversed(self.reserve):
+            p.unreserve(cs, pod, node)
+
+    def permit_all(self, cs: CycleState, pod: Pod, node: str) -> Status:
+        for p in self.permit:
+            st = p.permit(cs, pod, node)
+            if not st.ok:
+                return fail(f"{p.NAME}: {st.reason}")
+        return OK
+
+    async def bind_all(self, cs: CycleState, pod: Pod, node: str, binder: Binder) -> Status:
+        steps: list[Callable[[], Awaitable[Status]]] = []
+        for pb in self.pre_bind:
+            steps.append(lambda pb=pb: pb.pre_bind(cs, pod, node, binder))  # type: ignore[misc]
+        for b in self.bind[:1]:
+            steps.append(lambda b=b: b.bind(cs, pod, node, binder))  # type: ignore[misc]
+        for step in steps:
+            st = await step()
+            if not st.ok:
+                return st
+        return OK

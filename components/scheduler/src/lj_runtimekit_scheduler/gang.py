@@ -1,0 +1,95 @@
+"""Gangs: pods placed all or nothing, packed into the smallest network-topology domain.
+
+A gang is a JobSet run (label ``jobset.sigs.k8s.io/jobset-name`` + restart attempt) or an
+explicit pod group (annotation ``lj-runtimekit-scheduler/pod-group``). Its size comes from the
+annotation ``lj-runtimekit-scheduler/pod-group-size`` or, for JobSets, from the label
+``jobset.sigs.k8s.io/replicatedjob-replicas``. Nothing is held while a gang is incomplete, and
+a joint placement is found and assumed in one step, so competing gangs cannot deadlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .model import POD_GROUP_ANNOTATION, POD_GROUP_SIZE_ANNOTATION, Pod
+
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_RESTARTS = "jobset.sigs.k8s.io/restart-attempt"
+JOBSET_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+
+@dataclass(frozen=True)
+class GangId:
+    key: str
+    size: int
+    topology: str | None = None
+    """A node label the whole gang must share (JobSet's exclusive-topology)."""
+
+
+def gang_of(pod: Pod) -> GangId | None:
+    """The gang ``pod`` belongs to, or None for a lone pod (or a malformed size)."""
+    group = pod.annotation(POD_GROUP_ANNOTATION)
+    jobset = pod.label(JOBSET_NAME)
+    if group:
+        key = f"{pod.namespace}/group/{group}"
+    elif jobset:
+        key = f"{pod.namespace}/jobset/{jobset}/{pod.label(JOBSET_RESTARTS) or '0'}"
+    else:
+        return None
+    raw = pod.annotation(POD_GROUP_SIZE_ANNOTATION) or (
+        pod.label(JOBSET_REPLICAS) if jobset else None
+    )
+    try:
+        size = int(raw) if raw else 0
+    except ValueError:
+        return None
+    if size < 2:
+        return None
+    return GangId(key, size, pod.annotation(EXCLUSIVE_TOPOLOGY))
+
+
+def domains(
+    node_labels: dict[str, dict[str, str]], levels: Sequence[str], required: str | None
+) -> list[list[str]]:
+    """Candidate node sets, smallest topology level first, then the whole cluster.
+
+    ``levels`` are label keys widest first (block, rack); nodes lacking a level are not in any
+    domain of it. With ``required`` only domains of that label are offered.
+    """
+    order = [required] if required else list(reversed(levels))
+    out: list[list[str]] = []
+    for level in order:
+        groups: dict[str, list[str]] = {}
+        for name, labels in node_labels.items():
+            if level in labels:
+                groups.setdefault(labels[level], []).append(name)
+        out.extend(sorted(groups.values(), key=lambda g: (len(g), g[0])))
+    if not required:
+        out.append(sorted(node_labels))
+    return out
+
+
+Place = Callable[[Pod, list[str]], str | None]
+"""Try one member on the given nodes; assume it and return its node, or None."""
+
+
+def place_gang(
+    members: Sequence[Pod], candidates: list[list[str]], place: Place, undo: Callable[[Pod], None]
+) -> dict[str, str] | None:
+    """The first domain that takes every member: uid → node; else None with nothing held."""
+    for nodes in candidates:
+        placed: list[Pod] = []
+        result: dict[str, str] = {}
+        for pod in sorted(members, key=lambda p: p.name):
+            node = place(pod, nodes)
+            if node is None:
+                break
+            placed.append(pod)
+            result[pod.uid] = node
+        else:
+            return result
+        for pod in placed:
+            undo(pod)
+    return None

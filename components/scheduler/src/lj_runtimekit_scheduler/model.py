@@ -1,0 +1,164 @@
+"""Plain data the scheduler decides over: nodes, pods, devices. No I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GPU = "aliyun.com/gpu"
+GPU_CORE = "aliyun.com/gpu-core"
+GPU_MEMORY = "aliyun.com/gpu-memory"
+PPU = "alibabacloud.com/ppu"
+DEVICE_RESOURCES = (GPU, GPU_CORE, GPU_MEMORY, PPU)
+CORE_PER_GPU = 100
+ASSIGNMENT_ANNOTATION = "lj-runtimekit-scheduler/gpu-assignment"
+POD_GROUP_ANNOTATION = "lj-runtimekit-scheduler/pod-group"
+POD_GROUP_SIZE_ANNOTATION = "lj-runtimekit-scheduler/pod-group-size"
+
+Resources = dict[str, int]
+"""Resource name → amount: ``cpu`` in millicores, ``memory`` in bytes, others in units."""
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str
+    operator: str
+    value: str
+    effect: str
+
+    def tolerates(self, t: Taint) -> bool:
+        """As ``v1.Toleration.ToleratesTaint``: empty key with Exists matches every taint."""
+        if self.effect and self.effect != t.effect:
+            return False
+        if self.key and self.key != t.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.operator in ("", "Equal") and self.value == t.value
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One ``matchExpressions`` or ``matchFields`` entry of a node selector term."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...]
+    field: bool = False
+
+
+@dataclass(frozen=True)
+class Term:
+    """A node selector term: all requirements must hold (an empty term matches nothing)."""
+
+    requirements: tuple[Requirement, ...]
+
+
+@dataclass(frozen=True)
+class PreferredTerm:
+    weight: int
+    term: Term
+
+
+@dataclass(frozen=True)
+class HostPort:
+    protocol: str
+    ip: str
+    port: int
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """What one container asks of our device resources."""
+
+    container: str
+    gpus: int = 0
+    core: int = 0
+    memory_gib: int = 0
+    ppus: int = 0
+
+    @property
+    def shared(self) -> bool:
+        return self.core > 0 or self.memory_gib > 0
+
+
+@dataclass(frozen=True)
+class Pod:
+    uid: str
+    namespace: str
+    name: str
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    priority: int = 0
+    phase: str = "Pending"
+    requests: Resources = field(default_factory=dict)
+    """Effective requests: max(sum of app containers, largest init container) + overhead."""
+    host_ports: tuple[HostPort, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    required_terms: tuple[Term, ...] | None = None
+    """Required node affinity (terms ORed); None when absent."""
+    preferred_terms: tuple[PreferredTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    devices: tuple[DeviceRequest, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    scheduling_gates: tuple[str, ...] = ()
+    unsupported: tuple[str, ...] = ()
+    """Features of the spec this scheduler does not honour (named in FailedScheduling)."""
+    created: str = ""
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def label(self, k: str) -> str | None:
+        return dict(self.labels).get(k)
+
+    def annotation(self, k: str) -> str | None:
+        return dict(self.annotations).get(k)
+
+    @property
+    def wants_devices(self) -> bool:
+        return any(d.gpus or d.core or d.memory_gib or d.ppus for d in self.devices)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+    allocatable: Resources = field(default_factory=dict)
+    ready: bool = True
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator of a node, from its NodeDevices object."""
+
+    id: str
+    kind: str = "GPU"
+    memory_gib: int = 0
+    healthy: bool = True
+    numa: int = -1
+    island: int = -1
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class DeviceUse:
+    """What assumed and bound pods hold on one device."""
+
+    whole: bool = False
+    core: int = 0
+    memory_gib: int = 0

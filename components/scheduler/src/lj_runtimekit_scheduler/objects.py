@@ -1,0 +1,191 @@
+"""Apiserver JSON (as dicts) → the scheduler's plain data. Pure; malformed fields are errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import quantity
+from .model import (
+    DEVICE_RESOURCES,
+    GPU,
+    GPU_CORE,
+    GPU_MEMORY,
+    PPU,
+    Device,
+    DeviceRequest,
+    HostPort,
+    Node,
+    Pod,
+    PreferredTerm,
+    Requirement,
+    Resources,
+    Taint,
+    Term,
+    Toleration,
+)
+
+Json = dict[str, Any]
+
+
+def resources(raw: Json | None) -> Resources:
+    """A requests/allocatable map in the scheduler's units (cpu in millicores)."""
+    out: Resources = {}
+    for name, q in (raw or {}).items():
+        out[name] = quantity.parse(q, milli=(name == "cpu"))
+    return out
+
+
+def _add(into: Resources, r: Resources) -> None:
+    for k, v in r.items():
+        into[k] = into.get(k, 0) + v
+
+
+def effective_requests(spec: Json) -> Resources:
+    """As kube-scheduler: max(sum of app containers (+ restartable init), each init) + overhead."""
+    total: Resources = {}
+    for c in spec.get("containers") or ():
+        _add(total, resources((c.get("resources") or {}).get("requests")))
+    sidecars: Resources = {}
+    for c in spec.get("initContainers") or ():
+        req = resources((c.get("resources") or {}).get("requests"))
+        if c.get("restartPolicy") == "Always":
+            _add(total, req)
+            _add(sidecars, req)
+            continue
+        # a regular init container runs next to the sidecars started before it
+        peak = dict(req)
+        _add(peak, sidecars)
+        for k, v in peak.items():
+            total[k] = max(total.get(k, 0), v)
+    _add(total, resources(spec.get("overhead")))
+    total["pods"] = 1
+    return total
+
+
+def _requirements(exprs: list[Json] | None, is_field: bool) -> tuple[Requirement, ...]:
+    return tuple(
+        Requirement(e["key"], e["operator"], tuple(e.get("values") or ()), is_field)
+        for e in exprs or ()
+    )
+
+
+def _term(raw: Json) -> Term:
+    return Term(
+        _requirements(raw.get("matchExpressions"), False)
+        + _requirements(raw.get("matchFields"), True)
+    )
+
+
+def _unsupported(spec: Json) -> tuple[str, ...]:
+    found = []
+    aff = spec.get("affinity") or {}
+    if aff.get("podAffinity"):
+        found.append("inter-pod affinity (spec.affinity.podAffinity)")
+    if aff.get("podAntiAffinity"):
+        found.append("inter-pod anti-affinity (spec.affinity.podAntiAffinity)")
+    if spec.get("topologySpreadConstraints"):
+        found.append("topology spread constraints (spec.topologySpreadConstraints)")
+    if spec.get("resourceClaims"):
+        found.append("dynamic resource allocation (spec.resourceClaims)")
+    for v in spec.get("volumes") or ():
+        if v.get("persistentVolumeClaim") or v.get("ephemeral"):
+            found.append("volume binding (persistentVolumeClaim/ephemeral volumes)")
+            break
+    return tuple(found)
+
+
+def _devices(spec: Json) -> tuple[DeviceRequest, ...]:
+    out = []
+    for c in spec.get("containers") or ():
+        res = c.get("resources") or {}
+        raw = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+        if not any(r in raw for r in DEVICE_RESOURCES):
+            continue
+        n = {r: quantity.parse(raw[r]) if r in raw else 0 for r in DEVICE_RESOURCES}
+        out.append(DeviceRequest(c["name"], n[GPU], n[GPU_CORE], n[GPU_MEMORY], n[PPU]))
+    return tuple(out)
+
+
+def pod(raw: Json) -> Pod:
+    """The pod as the scheduler sees it; raises ValueError/KeyError on a malformed object."""
+    meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
+    requests = effective_requests(spec)
+    devices = _devices(spec)
+    ports = tuple(
+        HostPort(p.get("protocol", "TCP"), p.get("hostIP", "0.0.0.0"), int(p["hostPort"]))
+        for c in spec.get("containers") or ()
+        for p in c.get("ports") or ()
+        if p.get("hostPort")
+    )
+    node_aff = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    req = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+    required = None if req is None else tuple(_term(t) for t in req.get("nodeSelectorTerms") or ())
+    preferred = tuple(
+        PreferredTerm(int(p["weight"]), _term(p.get("preference") or {}))
+        for p in node_aff.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    )
+    tolerations = tuple(
+        Toleration(
+            t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", "")
+        )
+        for t in spec.get("tolerations") or ()
+    )
+    return Pod(
+        uid=meta["uid"],
+        namespace=meta.get("namespace", "default"),
+        name=meta["name"],
+        scheduler_name=spec.get("schedulerName", "default-scheduler"),
+        node_name=spec.get("nodeName", ""),
+        priority=int(spec.get("priority") or 0),
+        phase=status.get("phase", "Pending"),
+        requests=requests,
+        host_ports=ports,
+        node_selector=tuple(sorted((spec.get("nodeSelector") or {}).items())),
+        required_terms=required,
+        preferred_terms=preferred,
+        tolerations=tolerations,
+        devices=devices,
+        labels=tuple(sorted((meta.get("labels") or {}).items())),
+        annotations=tuple(sorted((meta.get("annotations") or {}).items())),
+        scheduling_gates=tuple(g["name"] for g in spec.get("schedulingGates") or ()),
+        unsupported=_unsupported(spec),
+        created=meta.get("creationTimestamp", ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def node(raw: Json) -> Node:
+    meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    return Node(
+        name=meta["name"],
+        labels=tuple(sorted((meta.get("labels") or {}).items())),
+        allocatable=resources(status.get("allocatable")),
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),
+        taints=tuple(
+            Taint(t["key"], t.get("value", ""), t["effect"]) for t in spec.get("taints") or ()
+        ),
+    )
+
+
+def node_devices(raw: Json) -> tuple[str, tuple[Device, ...]]:
+    """(node name, devices) of a NodeDevices object."""
+    node_name = (raw.get("spec") or {}).get("nodeName") or raw["metadata"]["name"]
+    devices = []
+    for i, d in enumerate((raw.get("status") or {}).get("devices") or ()):
+        devices.append(
+            Device(
+                id=d["id"],
+                kind=d.get("kind", "GPU"),
+                memory_gib=int(d.get("memoryBytes", 0)) // 2**30,
+                healthy=bool(d.get("healthy", False)),
+                numa=int(d.get("numaNode", -1)),
+                island=int(d.get("nvlinkIsland", -1)),
+                index=int(d.get("index", i)),
+            )
+        )
+    return node_name, tuple(devices)

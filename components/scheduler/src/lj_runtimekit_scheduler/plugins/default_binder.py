@@ -1,0 +1,21 @@
+"""DefaultBinder: the Binding subresource of the pod."""
+
+from __future__ import annotations
+
+from ..framework import OK, Binder, CycleState, Status
+from ..model import Pod
+from ..state import ClusterState
+
+NAME = "DefaultBinder"
+
+
+class DefaultBinder:
+    NAME = NAME
+
+    async def bind(self, cs: CycleState, pod: Pod, node: str, binder: Binder) -> Status:
+        await binder.bind(pod, node)
+        return OK
+
+
+def new(settings: object, state: ClusterState) -> DefaultBinder:
+    return DefaultBinder()

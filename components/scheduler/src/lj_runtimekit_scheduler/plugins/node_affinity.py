@@ -1,0 +1,71 @@
+"""NodeAffinity: nodeSelector and required node affinity filter; preferred terms score."""
+
+from __future__ import annotations
+
+from ..framework import OK, CycleState, Status, fail, normalize_max
+from ..model import Node, Pod, Requirement, Term
+from ..state import ClusterState, NodeInfo
+
+NAME = "NodeAffinity"
+
+
+def _holds(r: Requirement, node: Node, labels: dict[str, str]) -> bool:
+    if r.field:
+        # only metadata.name is a supported field (as in the apiserver)
+        value: str | None = node.name if r.key == "metadata.name" else None
+    else:
+        value = labels.get(r.key)
+    op = r.operator
+    if op == "In":
+        return value is not None and value in r.values
+    if op == "NotIn":
+        return value is None or value not in r.values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(r.values) == 1:
+        try:
+            a, b = int(value), int(r.values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def term_matches(term: Term, node: Node, labels: dict[str, str]) -> bool:
+    """All requirements hold; an empty term matches no node (as in kube-scheduler)."""
+    return bool(term.requirements) and all(_holds(r, node, labels) for r in term.requirements)
+
+
+def fits(pod: Pod, node: Node) -> bool:
+    labels = node.label_map()
+    if any(labels.get(k) != v for k, v in pod.node_selector):
+        return False
+    if pod.required_terms is None:
+        return True
+    return any(term_matches(t, node, labels) for t in pod.required_terms)
+
+
+def preference(pod: Pod, node: Node) -> int:
+    labels = node.label_map()
+    return sum(p.weight for p in pod.preferred_terms if term_matches(p.term, node, labels))
+
+
+class NodeAffinity:
+    NAME = NAME
+
+    def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
+        if fits(pod, info.node):
+            return OK
+        return fail("node(s) didn't match Pod's node affinity/selector", unresolvable=False)
+
+    def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:
+        return preference(pod, info.node) if pod.preferred_terms else 0
+
+    def normalize(self, scores: dict[str, int]) -> dict[str, int]:
+        return normalize_max(scores)
+
+
+def new(settings: object, state: ClusterState) -> NodeAffinity:
+    return NodeAffinity()

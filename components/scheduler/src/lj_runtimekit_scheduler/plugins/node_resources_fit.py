@@ -1,0 +1,55 @@
+"""NodeResourcesFit: requests against allocatable minus bound and assumed pods; the score
+follows the GPU strategy (binpack: MostAllocated, spread: LeastAllocated) over cpu and memory."""
+
+from __future__ import annotations
+
+from ..framework import OK, CycleState, Status, fail
+from ..model import Pod, Resources
+from ..settings import Settings
+from ..state import ClusterState, NodeInfo
+
+NAME = "NodeResourcesFit"
+
+
+def insufficient(want: Resources, allocatable: Resources, requested: Resources) -> list[str]:
+    """Names of resources the node lacks, sorted; empty when the pod fits."""
+    short = []
+    for name, amount in want.items():
+        if amount <= 0:
+            continue
+        if requested.get(name, 0) + amount > allocatable.get(name, 0):
+            short.append(name)
+    return sorted(short)
+
+
+def allocation_score(
+    want: Resources, allocatable: Resources, requested: Resources, most: bool
+) -> int:
+    parts = []
+    for name in ("cpu", "memory"):
+        cap = allocatable.get(name, 0)
+        if cap <= 0:
+            continue
+        frac = min(1.0, (requested.get(name, 0) + want.get(name, 0)) / cap)
+        parts.append(frac if most else 1.0 - frac)
+    return round(100 * sum(parts) / len(parts)) if parts else 0
+
+
+class NodeResourcesFit:
+    NAME = NAME
+
+    def __init__(self, most_allocated: bool) -> None:
+        self.most = most_allocated
+
+    def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
+        short = insufficient(pod.requests, info.node.allocatable, info.requested)
+        if short:
+            return fail(", ".join(f"Insufficient {n}" for n in short))
+        return OK
+
+    def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:
+        return allocation_score(pod.requests, info.node.allocatable, info.requested, self.most)
+
+
+def new(settings: Settings, state: ClusterState) -> NodeResourcesFit:
+    return NodeResourcesFit(most_allocated=settings.gpu_strategy == "binpack")

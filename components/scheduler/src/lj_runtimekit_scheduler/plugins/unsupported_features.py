@@ -1,0 +1,29 @@
+"""UnsupportedFeatures: refuse, loudly, a pod that relies on what this scheduler does not
+implement (inter-pod affinity, topology spread, volume binding, DRA) instead of placing it
+wrongly."""
+
+from __future__ import annotations
+
+from ..framework import OK, CycleState, Status, fail
+from ..model import Pod
+from ..state import ClusterState
+
+NAME = "UnsupportedFeatures"
+
+
+class UnsupportedFeatures:
+    NAME = NAME
+
+    def pre_filter(self, cs: CycleState, pod: Pod) -> Status:
+        if pod.unsupported:
+            return fail(
+                "not supported by lj-runtimekit-scheduler: "
+                + "; ".join(pod.unsupported)
+                + " (use the default scheduler for this pod)",
+                unresolvable=True,
+            )
+        return OK
+
+
+def new(settings: object, state: ClusterState) -> UnsupportedFeatures:
+    return UnsupportedFeatures()

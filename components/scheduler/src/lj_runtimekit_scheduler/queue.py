@@ -1,0 +1,154 @@
+"""The scheduling queue: active (by priority, then age), backoff, and unschedulable pods.
+
+Pure: the caller passes the time. A pod that failed waits its backoff (initial × 2^attempts,
+capped); a pod no node fits is parked as unschedulable until a cluster event that could help
+(:meth:`SchedulingQueue.cluster_changed`) or the periodic retry moves it back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+
+from .model import Pod
+
+
+@dataclass
+class _Entry:
+    pod: Pod
+    attempts: int = 0
+    ready_at: float = 0.0
+    parked_at: float | None = None
+
+
+class SchedulingQueue:
+    def __init__(
+        self,
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 10.0,
+        unschedulable_retry_s: float = 60.0,
+    ) -> None:
+        self.initial = backoff_initial_s
+        self.max = backoff_max_s
+        self.retry = unschedulable_retry_s
+        self._entries: dict[str, _Entry] = {}
+        self._heap: list[tuple[int, float, int, str]] = []
+        self._in_heap: set[str] = set()
+        self._seq = itertools.count()
+        self.in_flight: set[str] = set()
+        self._next = float("inf")
+        """No waiting pod becomes ready before this (keeps pop O(log n))."""
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def depth(self) -> dict[str, int]:
+        """Pods per sub-queue, for the queue-depth metric."""
+        parked = sum(1 for e in self._entries.values() if e.parked_at is not None)
+        active = len(self._in_heap)
+        return {
+            "active": active,
+            "unschedulable": parked,
+            "backoff": len(self._entries) - active - parked - len(self.in_flight),
+        }
+
+    def _push(self, uid: str, now: float) -> None:
+        e = self._entries[uid]
+        e.parked_at = None
+        if uid not in self._in_heap and uid not in self.in_flight:
+            heapq.heappush(self._heap, (-e.pod.priority, now, next(self._seq), uid))
+            self._in_heap.add(uid)
+
+    def add(self, pod: Pod, now: float) -> None:
+        """A new or changed pending pod; a change makes a parked pod eligible at once."""
+        e = self._entries.get(pod.uid)
+        if e is None:
+            self._entries[pod.uid] = _Entry(pod)
+            self._push(pod.uid, now)
+            return
+        e.pod = pod
+        if e.parked_at is not None:
+            e.ready_at = now
+            e.parked_at = None
+            self._next = now
+
+    def delete(self, uid: str) -> None:
+        self._entries.pop(uid, None)
+        self._in_heap.discard(uid)
+        self.in_flight.discard(uid)
+
+    def get(self, uid: str) -> Pod | None:
+        e = self._entries.get(uid)
+        return None if e is None else e.pod
+
+    def pending_uids(self) -> list[str]:
+        return list(self._entries)
+
+    def take(self, uid: str) -> None:
+        """Mark a pod in flight without popping it (gang members scheduled together)."""
+        if uid in self._entries:
+            self._in_heap.discard(uid)
+            self.in_flight.add(uid)
+
+    def pop(self, now: float) -> Pod | None:
+        """The most urgent active pod (marked in flight), or None."""
+        self.flush(now)
+        while self._heap:
+            _, _, _, uid = heapq.heappop(self._heap)
+            if uid not in self._in_heap:
+                continue
+            self._in_heap.discard(uid)
+            self.in_flight.add(uid)
+            return self._entries[uid].pod
+        return None
+
+    def done(self, uid: str) -> None:
+        """The pod was bound: it leaves the queue."""
+        self.delete(uid)
+
+    def failed(self, uid: str, now: float, unschedulable: bool) -> float:
+        """Back off (or park) a pod whose attempt failed; returns when it may run again."""
+        self.in_flight.discard(uid)
+        e = self._entries.get(uid)
+        if e is None:
+            return now
+        e.attempts += 1
+        e.ready_at = now + min(self.max, self.initial * 2 ** (e.attempts - 1))
+        e.parked_at = now if unschedulable else None
+        self._next = min(self._next, now + self.retry if unschedulable else e.ready_at)
+        return e.ready_at
+
+    def cluster_changed(self, now: float) -> int:
+        """Something that may help (a node added or changed, a pod gone): unpark all."""
+        moved = 0
+        for e in self._entries.values():
+            if e.parked_at is not None:
+                e.parked_at = None
+                moved += 1
+        self._next = now
+        return moved
+
+    def flush(self, now: float) -> None:
+        """Move pods whose backoff ended, or parked too long, into the active heap."""
+        if now < self._next:
+            return
+        for uid, e in self._entries.items():
+            if uid in self._in_heap or uid in self.in_flight:
+                continue
+            if e.parked_at is not None:
+                if now - e.parked_at >= self.retry:
+                    self._push(uid, now)
+            elif e.ready_at <= now:
+                self._push(uid, now)
+        nr = self.next_ready()
+        self._next = float("inf") if nr is None else nr
+
+    def next_ready(self) -> float | None:
+        """The earliest time a waiting pod becomes active (None: nothing waits)."""
+        times = [
+            e.parked_at + self.retry if e.parked_at is not None else e.ready_at
+            for uid, e in self._entries.items()
+            if uid not in self._in_heap and uid not in self.in_flight
+        ]
+        return min(times, default=None)

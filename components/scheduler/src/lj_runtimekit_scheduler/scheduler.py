@@ -1,0 +1,210 @@
+"""The scheduling loop: pop a pod (or a whole gang), run the cycle, assume, bind in the
+background. The apiserver is reached only through the :class:`Binder` and :class:`Recorder`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+
+from . import gang
+from .errors import SchedulerError
+from .framework import Binder, CycleState, Profile, Result
+from .gpu import Choice
+from .metrics import Metrics
+from .model import Pod
+from .plugins import gpu_fit
+from .queue import SchedulingQueue
+from .settings import Settings
+from .state import ClusterState
+
+log = structlog.get_logger("lj_runtimekit_scheduler.scheduler")
+
+
+class Recorder(Protocol):
+    def event(self, pod: Pod, kind: str, reason: str, message: str) -> None: ...
+
+
+def summary(result: Result, nodes: int) -> str:
+    """kube-scheduler's shape: ``0/3 nodes are available: 2 Insufficient cpu, 1 ...``."""
+    if "*" in result.reasons:
+        return result.reasons["*"]
+    counts = Counter(result.reasons.values())
+    parts = [f"{n} {r}" for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:8]]
+    more = "" if len(counts) <= 8 else f", and {len(counts) - 8} other reasons"
+    return f"0/{nodes} nodes are available: " + ", ".join(parts) + more + "."
+
+
+def build_profile(settings: Settings, state: ClusterState, metrics: Metrics) -> Profile:
+    """The enabled plugins from the registry, in config order, with their weights."""
+    from .plugins.registry import REGISTRY
+
+    profile = Profile([(REGISTRY[p.name](settings, state), p.weight) for p in settings.plugins])
+    profile.observe = metrics.plugin
+    return profile
+
+
+class Scheduler:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        state: ClusterState,
+        queue: SchedulingQueue,
+        profile: Profile,
+        binder: Binder,
+        recorder: Recorder,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings, self.state, self.queue, self.profile = settings, state, queue, profile
+        self.binder, self.recorder, self.metrics, self.clock = binder, recorder, metrics, clock
+        self.wakeup = asyncio.Event()
+        self.binding: set[asyncio.Task[None]] = set()
+        self.gpu = next((p for p in profile.pre_bind if isinstance(p, gpu_fit.GpuFit)), None)
+
+    def poke(self) -> None:
+        self.wakeup.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            now = self.clock()
+            self.state.expire(now)
+            pod = self.queue.pop(now)
+            if pod is None:
+                nxt = self.queue.next_ready()
+                timeout = 1.0 if nxt is None else max(0.001, min(1.0, nxt - now))
+                self.wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wakeup.wait(), timeout)
+                continue
+            self.schedule(pod)
+            self.metrics.queue_depth(self.queue.depth())
+            await asyncio.sleep(0)  # let watches and bindings progress
+        await self.drain()
+
+    async def drain(self) -> None:
+        if self.binding:
+            await asyncio.gather(*self.binding, return_exceptions=True)
+
+    # -- one cycle
+    def schedule(self, pod: Pod) -> None:
+        gid = gang.gang_of(pod)
+        if gid is not None:
+            self.schedule_gang(pod, gid)
+            return
+        t0 = time.perf_counter()
+        cs = CycleState()
+        placed = self._try(cs, pod, None)
+        if isinstance(placed, Result):
+            self._unschedulable(pod, placed)
+        else:
+            self._bind_later([(pod, placed, cs)], t0)
+
+    def _try(self, cs: CycleState, pod: Pod, names: list[str] | None) -> str | Result:
+        """Find a node and reserve it (assumed in the state), or the failing result."""
+        result = self.profile.find_node(cs, pod, self.state, names)
+        if result.node is None:
+            return result
+        st = self.profile.reserve_all(cs, pod, result.node)
+        if not st.ok:
+            return Result(None, {"*": st.reason})
+        choice = self.gpu.chosen(cs, result.node) if self.gpu else None
+        self.state.assume(pod, result.node, choice, float("inf"))
+        st = self.profile.permit_all(cs, pod, result.node)
+        if not st.ok:
+            self._undo(cs, pod, result.node)
+            return Result(None, {"*": st.reason})
+        return result.node
+
+    def _undo(self, cs: CycleState, pod: Pod, node: str) -> None:
+        self.state.forget(pod.uid)
+        self.profile.unreserve_all(cs, pod, node)
+
+    def _unschedulable(self, pod: Pod, result: Result, message: str | None = None) -> None:
+        msg = message or summary(result, len(self.state.nodes))
+        self.metrics.attempt("unschedulable")
+        self.queue.failed(pod.uid, self.clock(), unschedulable=True)
+        self.recorder.event(pod, "Warning", "FailedScheduling", msg)
+        log.info("pod_unschedulable", pod=pod.key, reason=msg)
+
+    def schedule_gang(self, first: Pod, gid: gang.GangId) -> None:
+        members = [first] + [
+            p
+            for uid in list(self.queue.pending_uids())
+            if uid != first.uid
+            and (p := self.queue.get(uid)) is not None
+            and gang.gang_of(p) == gid
+        ]
+        bound = sum(1 for p, _, _ in self.state.pods.values() if gang.gang_of(p) == gid)
+        missing = gid.size - bound - len(members)
+        if missing > 0:
+            msg = f"gang {gid.key}: waiting for {missing} more of {gid.size} members; nothing held"
+            for p in members:
+                self.queue.take(p.uid)
+                self._unschedulable(p, Result(None, {}), msg)
+            return
+        t0 = time.perf_counter()
+        labels = {n: i.node.label_map() for n, i in self.state.nodes.items()}
+        candidates = gang.domains(labels, self.settings.topology_labels, gid.topology)
+        states: dict[str, CycleState] = {}
+        last: list[Result] = []
+
+        def place(p: Pod, names: list[str]) -> str | None:
+            cs = states[p.uid] = CycleState()
+            out = self._try(cs, p, names)
+            if isinstance(out, Result):
+                last[:] = [out]
+                return None
+            return out
+
+        def undo(p: Pod) -> None:
+            self._undo(states[p.uid], p, self.state.pods[p.uid][1])
+
+        placement = gang.place_gang(members, candidates, place, undo)
+        for p in members:
+            self.queue.take(p.uid)
+        if placement is None:
+            why = summary(last[0], len(self.state.nodes)) if last else "no nodes"
+            msg = f"gang {gid.key} of {len(members)} does not fit in any one domain: {why}"
+            for p in members:
+                self._unschedulable(p, Result(None, {}), msg)
+            return
+        self._bind_later([(p, placement[p.uid], states[p.uid]) for p in members], t0)
+
+    def _bind_later(self, items: list[tuple[Pod, str, CycleState]], t0: float) -> None:
+        for pod, node, cs in items:
+            task = asyncio.create_task(self._bind(pod, node, cs, t0), name=f"bind-{pod.key}")
+            self.binding.add(task)
+            task.add_done_callback(self.binding.discard)
+
+    async def _bind(self, pod: Pod, node: str, cs: CycleState, t0: float) -> None:
+        try:
+            st = await self.profile.bind_all(cs, pod, node, self.binder)
+            if not st.ok:
+                raise SchedulerError(st.reason)
+        except SchedulerError as e:
+            self._undo(cs, pod, node)
+            self.metrics.attempt("error")
+            self.queue.failed(pod.uid, self.clock(), unschedulable=False)
+            self.recorder.event(pod, "Warning", "FailedScheduling", f"binding to {node}: {e}")
+            log.warning("pod_bind_failed", pod=pod.key, node=node, error=str(e))
+            self.poke()
+            return
+        if pod.uid in self.state.assumed:  # the watch may have confirmed it already
+            self.state.assumed[pod.uid] = self.clock() + self.settings.assume_ttl_s
+        self.queue.done(pod.uid)
+        self.metrics.attempt("scheduled")
+        self.metrics.e2e(time.perf_counter() - t0)
+        self.recorder.event(
+            pod, "Normal", "Scheduled", f"Successfully assigned {pod.key} to {node}"
+        )
+        log.debug("pod_bound", pod=pod.key, node=node)
+
+
+__all__ = ["Choice", "Scheduler", "summary"]

@@ -1,0 +1,148 @@
+"""The scheduler's view of the cluster: nodes, devices, bound and assumed pods. No I/O.
+
+Fed by the apiserver watches (``kube.py``) and by the scheduler's own assumptions: a pod is
+assumed on a node as soon as it is reserved, so the next cycle sees its resources held even
+before the binding comes back through the watch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .gpu import Choice, Slice, apply, release
+from .model import ASSIGNMENT_ANNOTATION, Device, DeviceUse, HostPort, Node, Pod, Resources
+
+
+@dataclass
+class NodeInfo:
+    """One node with what its pods hold; plugins read it, only :class:`ClusterState` writes."""
+
+    node: Node
+    devices: tuple[Device, ...] = ()
+    requested: Resources = field(default_factory=dict)
+    ports: set[HostPort] = field(default_factory=set)
+    device_use: dict[str, DeviceUse] = field(default_factory=dict)
+    pods: set[str] = field(default_factory=set)
+
+
+def assignment_of(pod: Pod) -> Choice | None:
+    """The GPU decision written on a bound pod, or None (absent or hand-edited beyond use)."""
+    raw = pod.annotation(ASSIGNMENT_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+        return Choice(
+            tuple(
+                (
+                    c["name"],
+                    tuple(
+                        Slice(
+                            d["id"],
+                            bool(d.get("whole")),
+                            int(d.get("core", 0)),
+                            int(d.get("memoryGiB", 0)),
+                        )
+                        for d in c["devices"]
+                    ),
+                )
+                for c in doc["containers"]
+            )
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class ClusterState:
+    """Nodes and the pods on them, with assumed pods counted until their binding is seen."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.devices: dict[str, tuple[Device, ...]] = {}
+        self.pods: dict[str, tuple[Pod, str, Choice | None]] = {}
+        """uid → (pod, node, device choice) of every pod holding resources."""
+        self.assumed: dict[str, float] = {}
+        """uid → deadline of an assumption not yet confirmed by the watch."""
+        self.generation = 0
+        """Bumped on every change; the queue requeues unschedulable pods when it moves."""
+
+    # -- nodes and devices
+    def set_node(self, node: Node) -> None:
+        info = self.nodes.get(node.name)
+        if info is None:
+            info = self.nodes[node.name] = NodeInfo(node, self.devices.get(node.name, ()))
+        info.node = node
+        self.generation += 1
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self.generation += 1
+
+    def set_devices(self, node: str, devices: tuple[Device, ...]) -> None:
+        self.devices[node] = devices
+        if node in self.nodes:
+            self.nodes[node].devices = devices
+        self.generation += 1
+
+    # -- pods
+    def _hold(self, info: NodeInfo, pod: Pod, choice: Choice | None, sign: int) -> None:
+        for k, v in pod.requests.items():
+            info.requested[k] = info.requested.get(k, 0) + sign * v
+        if sign > 0:
+            info.ports.update(pod.host_ports)
+            info.pods.add(pod.uid)
+        else:
+            info.ports.difference_update(pod.host_ports)
+            info.pods.discard(pod.uid)
+        if choice is not None:
+            info.device_use = (apply if sign > 0 else release)(info.device_use, choice)
+
+    def add_pod(self, pod: Pod, node: str, choice: Choice | None = None) -> None:
+        """Count ``pod`` on ``node`` (replacing what it held before)."""
+        self.remove_pod(pod.uid, keep_assumed=True)
+        info = self.nodes.get(node)
+        if info is None:
+            info = self.nodes[node] = NodeInfo(Node(node, ready=False))
+        self._hold(info, pod, choice, +1)
+        self.pods[pod.uid] = (pod, node, choice)
+        self.generation += 1
+
+    def remove_pod(self, uid: str, keep_assumed: bool = False) -> None:
+        held = self.pods.pop(uid, None)
+        if not keep_assumed:
+            self.assumed.pop(uid, None)
+        if held is None:
+            return
+        pod, node, choice = held
+        if node in self.nodes:
+            self._hold(self.nodes[node], pod, choice, -1)
+        self.generation += 1
+
+    def observe_pod(self, pod: Pod) -> None:
+        """A pod from the watch: bound and running pods hold resources, finished ones not."""
+        if not pod.node_name or pod.phase in ("Succeeded", "Failed"):
+            if pod.uid not in self.assumed:
+                self.remove_pod(pod.uid)
+            return
+        held = self.pods.get(pod.uid)
+        choice = assignment_of(pod)
+        if held is not None and pod.uid in self.assumed and held[1] == pod.node_name:
+            choice = choice or held[2]
+        self.assumed.pop(pod.uid, None)
+        self.add_pod(pod, pod.node_name, choice)
+
+    def assume(self, pod: Pod, node: str, choice: Choice | None, deadline: float) -> None:
+        self.add_pod(pod, node, choice)
+        self.assumed[pod.uid] = deadline
+
+    def forget(self, uid: str) -> None:
+        if uid in self.assumed:
+            self.remove_pod(uid)
+
+    def expire(self, now: float) -> list[str]:
+        """Drop assumptions whose binding never showed up; returns their uids."""
+        gone = [uid for uid, t in self.assumed.items() if t <= now]
+        for uid in gone:
+            self.remove_pod(uid)
+        return gone

@@ -1,0 +1,112 @@
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lj_runtimekit_scheduler import objects, quantity
+
+
+def container(name: str, **req: str) -> dict[str, Any]:
+    return {"name": name, "resources": {"requests": req}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "cpu", "memory"),
+    [
+        (
+            {"containers": [container("a", cpu="1", memory="1Gi"), container("b", cpu="500m")]},
+            1500,
+            2**30,
+        ),
+        (
+            {
+                "containers": [container("a", cpu="1")],
+                "initContainers": [container("i", cpu="3", memory="1Mi")],
+            },
+            3000,
+            2**20,
+        ),
+        ({"containers": [container("a", cpu="1")], "overhead": {"cpu": "250m"}}, 1250, 0),
+        (
+            {
+                "containers": [container("a", cpu="1")],
+                "initContainers": [
+                    {**container("side", cpu="1"), "restartPolicy": "Always"},
+                    container("i", cpu="1500m"),
+                ],
+            },
+            2500,
+            0,
+        ),
+    ],
+    ids=["sum-of-containers", "init-max", "overhead", "sidecar-plus-init"],
+)
+def test_effective_requests_count_as_kube_scheduler(
+    spec: dict[str, Any], cpu: int, memory: int
+) -> None:
+    r = objects.effective_requests(spec)
+    assert r.get("cpu", 0) == cpu
+    assert r.get("memory", 0) == memory
+    assert r["pods"] == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "milli", "value"),
+    [
+        ("500m", True, 500),
+        ("2", True, 2000),
+        ("4Gi", False, 4 * 2**30),
+        ("1k", False, 1000),
+        ("1e3", False, 1000),
+        ("0.5", False, 1),
+        ("100M", False, 10**8),
+    ],
+    ids=["milli", "cores", "Gi", "k", "exp", "round-up", "M"],
+)
+def test_quantities(text: str, milli: bool, value: int) -> None:
+    assert quantity.parse(text, milli) == value
+
+
+@given(st.text(max_size=12))
+def test_quantity_parser_never_crashes_on_garbage(text: str) -> None:
+    with contextlib.suppress(ValueError):
+        quantity.parse(text)
+
+
+def test_unsupported_features_are_named() -> None:
+    raw = {
+        "metadata": {"uid": "u", "name": "p"},
+        "spec": {
+            "containers": [],
+            "topologySpreadConstraints": [{}],
+            "affinity": {"podAntiAffinity": {"x": 1}},
+        },
+    }
+    p = objects.pod(raw)
+    assert any("topology spread" in u for u in p.unsupported)
+    assert any("anti-affinity" in u for u in p.unsupported)
+
+
+def test_device_requests_per_container() -> None:
+    raw = {
+        "metadata": {"uid": "u", "name": "p"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "a",
+                    "resources": {
+                        "limits": {"aliyun.com/gpu-core": "30", "aliyun.com/gpu-memory": "8"}
+                    },
+                },
+                {"name": "b", "resources": {"limits": {"aliyun.com/gpu": "2"}}},
+                {"name": "c"},
+            ]
+        },
+    }
+    p = objects.pod(raw)
+    assert [(d.container, d.gpus, d.core, d.memory_gib) for d in p.devices] == [
+        ("a", 0, 30, 8),
+        ("b", 2, 0, 0),
+    ]

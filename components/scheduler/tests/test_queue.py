@@ -1,0 +1,53 @@
+from lj_runtimekit_scheduler.model import Pod
+from lj_runtimekit_scheduler.queue import SchedulingQueue
+
+
+def p(uid: str, priority: int = 0) -> Pod:
+    return Pod(uid, "ns", uid, priority=priority)
+
+
+def test_higher_priority_first_then_oldest() -> None:
+    q = SchedulingQueue()
+    q.add(p("a"), 0)
+    q.add(p("b", 10), 1)
+    q.add(p("c"), 2)
+    assert [q.pop(3).uid for _ in range(3)] == ["b", "a", "c"]  # type: ignore[union-attr]
+    assert q.pop(3) is None
+
+
+def test_failed_pod_backs_off_exponentially_and_caps() -> None:
+    q = SchedulingQueue(backoff_initial_s=1, backoff_max_s=4)
+    q.add(p("a"), 0)
+    delays = []
+    now = 0.0
+    for _ in range(4):
+        assert q.pop(now) is not None
+        ready = q.failed("a", now, unschedulable=False)
+        delays.append(ready - now)
+        assert q.pop(ready - 0.01) is None
+        now = ready
+    assert delays == [1, 2, 4, 4]
+
+
+def test_unschedulable_pod_waits_for_an_event_or_the_retry() -> None:
+    q = SchedulingQueue(backoff_initial_s=1, unschedulable_retry_s=60)
+    q.add(p("a"), 0)
+    q.pop(0)
+    q.failed("a", 0, unschedulable=True)
+    assert q.pop(5) is None
+    assert q.cluster_changed(5) == 1
+    assert q.pop(5) is not None
+    q.failed("a", 5, unschedulable=True)
+    assert q.pop(64) is None
+    assert q.pop(65) is not None
+
+
+def test_depth_and_done() -> None:
+    q = SchedulingQueue()
+    q.add(p("a"), 0)
+    q.add(p("b"), 0)
+    assert q.depth()["active"] == 2
+    pod = q.pop(0)
+    assert pod is not None
+    q.done(pod.uid)
+    assert len(q) == 1

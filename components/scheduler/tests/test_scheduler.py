@@ -1,0 +1,140 @@
+"""The loop over a fake apiserver edge: GPU decisions, gangs all-or-nothing, events."""
+
+import asyncio
+import json
+from typing import Any
+
+from lj_runtimekit_scheduler import objects
+from lj_runtimekit_scheduler.metrics import Metrics
+from lj_runtimekit_scheduler.model import ASSIGNMENT_ANNOTATION, Device, Pod
+from lj_runtimekit_scheduler.queue import SchedulingQueue
+from lj_runtimekit_scheduler.scheduler import Scheduler, build_profile
+from lj_runtimekit_scheduler.settings import Settings
+from lj_runtimekit_scheduler.state import ClusterState
+
+
+class Edge:
+    def __init__(self) -> None:
+        self.bound: dict[str, str] = {}
+        self.annotations: dict[str, dict[str, str]] = {}
+        self.events: list[tuple[str, str, str]] = []
+
+    async def annotate(self, pod: Pod, annotations: dict[str, str]) -> None:
+        self.annotations[pod.name] = annotations
+
+    async def bind(self, pod: Pod, node: str) -> None:
+        self.bound[pod.name] = node
+
+    def event(self, pod: Pod, kind: str, reason: str, message: str) -> None:
+        self.events.append((pod.name, reason, message))
+
+
+def gpu_node(name: str, block: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"lj_runtimekit_enable": "true", "lj-runtimekit.aliyun.com/block": block},
+        },
+        "status": {
+            "allocatable": {
+                "cpu": "32",
+                "memory": "256Gi",
+                "pods": "110",
+                "aliyun.com/gpu": "8",
+                "aliyun.com/gpu-core": "800",
+                "aliyun.com/gpu-memory": "640",
+            },
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def gpu_pod(name: str, limits: dict[str, str], **annotations: str) -> Pod:
+    return objects.pod(
+        {
+            "metadata": {"uid": name, "name": name, "namespace": "ns", "annotations": annotations},
+            "spec": {
+                "schedulerName": "lj-runtimekit-scheduler",
+                "containers": [
+                    {"name": "main", "resources": {"requests": limits, "limits": limits}}
+                ],
+            },
+        }
+    )
+
+
+def setup(blocks: dict[str, str]) -> tuple[Scheduler, Edge, ClusterState]:
+    state = ClusterState()
+    for name, block in blocks.items():
+        state.set_node(objects.node(gpu_node(name, block)))
+        state.set_devices(
+            name, tuple(Device(f"gpu-{i}", "GPU", 80, True, i // 4, i // 4, i) for i in range(8))
+        )
+    edge = Edge()
+    cfg = Settings(leader_elect=False)
+    metrics = Metrics()
+    sched = Scheduler(
+        cfg,
+        state=state,
+        queue=SchedulingQueue(),
+        profile=build_profile(cfg, state, metrics),
+        binder=edge,
+        recorder=edge,
+        metrics=metrics,
+    )
+    return sched, edge, state
+
+
+async def run_until_idle(sched: Scheduler) -> None:
+    while (pod := sched.queue.pop(sched.clock())) is not None:
+        sched.schedule(pod)
+        await sched.drain()
+
+
+async def test_shared_pods_get_their_own_slices_and_a_written_decision() -> None:
+    sched, edge, _ = setup({"n1": "b1"})
+    for i in range(3):
+        sched.queue.add(
+            gpu_pod(f"p{i}", {"aliyun.com/gpu-core": "50", "aliyun.com/gpu-memory": "40"}), 0
+        )
+    await run_until_idle(sched)
+    decisions = [json.loads(edge.annotations[f"p{i}"][ASSIGNMENT_ANNOTATION]) for i in range(3)]
+    slices = [d["containers"][0]["devices"][0] for d in decisions]
+    assert all(d["node"] == "n1" and d["version"] == "v1" for d in decisions)
+    by_gpu: dict[str, int] = {}
+    for s in slices:
+        by_gpu[s["id"]] = by_gpu.get(s["id"], 0) + s["core"]
+    assert max(by_gpu.values()) <= 100
+    assert len(by_gpu) == 2  # binpack: two halves on one GPU, the third on another
+
+
+async def test_gang_waits_whole_then_lands_in_one_block() -> None:
+    sched, edge, _ = setup({"a1": "A", "a2": "A", "b1": "B"})
+    group = {
+        "lj-runtimekit-scheduler/pod-group": "g",
+        "lj-runtimekit-scheduler/pod-group-size": "4",
+    }
+    for i in range(3):
+        sched.queue.add(gpu_pod(f"g{i}", {"aliyun.com/gpu": "4"}, **group), 0)
+    await run_until_idle(sched)
+    assert edge.bound == {}
+    assert any("waiting for 1 more" in m for _, r, m in edge.events)
+    sched.queue.add(gpu_pod("g3", {"aliyun.com/gpu": "4"}, **group), 0)
+    sched.queue.cluster_changed(sched.clock())
+    await asyncio.sleep(0)
+    sched.queue.flush(sched.clock() + 100)
+    while (pod := sched.queue.pop(sched.clock() + 100)) is not None:
+        sched.schedule(pod)
+        await sched.drain()
+    assert sorted(edge.bound) == ["g0", "g1", "g2", "g3"]
+    assert set(edge.bound.values()) == {"a1", "a2"}
+
+
+async def test_unfit_pod_gets_a_failed_scheduling_event_naming_the_gpus() -> None:
+    sched, edge, _ = setup({"n1": "b1"})
+    sched.queue.add(gpu_pod("big", {"aliyun.com/gpu": "9"}), 0)
+    await run_until_idle(sched)
+    assert edge.bound == {}
+    ((_, reason, message),) = edge.events
+    assert reason == "FailedScheduling"
+    assert "0/1 nodes are available" in message
