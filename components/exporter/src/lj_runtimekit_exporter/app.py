@@ -26,7 +26,11 @@ class Exporter:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.state = State(node=settings.node_name, pods_source=settings.pods_source)
+        self.state = State(
+            node=settings.node_name,
+            pods_source=settings.pods_source,
+            max_age=settings.max_snapshot_age,
+        )
         self.runtime = RuntimeClient(settings.socket_dir, settings.rpc_timeout)
         self.pods: KubeletPods | ApiserverPods | None = None
         if settings.pods_source == "kubelet":

@@ -30,6 +30,10 @@ class Attribution:
     memory_used_bytes: float | None
     """The container's own device memory use; None if unknown."""
 
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.namespace, self.pod, self.container)
+
 
 def _live_pods(pods: tuple[Pod, ...]) -> tuple[set[str], set[tuple[str, str]]]:
     uids = {p.uid for p in pods if not p.terminated and p.uid}

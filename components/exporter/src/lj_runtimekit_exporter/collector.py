@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from . import naming
 from .attribution import attribute
-from .naming import Metric as Spec
+from .exposition import EOF, Family, LabelSet, render
 from .snapshot import Device, DeviceSample, RuntimeState, Snapshot
 
 
@@ -37,82 +37,65 @@ class State:
 
     node: str
     pods_source: str
+    max_age: float = 60.0
+    """A snapshot older than this (seconds) serves no device series: the poll loop is stuck."""
     snapshot: Snapshot | None = None
     stats: Stats = field(default_factory=Stats)
 
 
-class _Family:
-    """Samples of one metric family, unique by label values (first one wins)."""
-
-    def __init__(self, spec: Spec) -> None:
-        self.spec = spec
-        self.samples: dict[tuple[str, ...], float] = {}
-
-    def add(self, labels: tuple[object, ...], raw: float | None) -> None:
-        if raw is None:
-            return
-        value = naming.sample_value(self.spec, raw)
-        if value is None:
-            return
-        key = tuple(naming.label_value(v) for v in labels)
-        self.samples.setdefault(key, value)
-
-    def build(self) -> Metric:
-        family: GaugeMetricFamily | CounterMetricFamily
-        labels = list(self.spec.labels)
-        if self.spec.kind == "counter":
-            family = CounterMetricFamily(self.spec.name, self.spec.help, labels=labels)
-        else:
-            family = GaugeMetricFamily(self.spec.name, self.spec.help, labels=labels)
-        for key, value in self.samples.items():
-            family.add_metric(list(key), value)
-        return family
+def _device_labels(node: str, d: Device) -> LabelSet:
+    return LabelSet(naming.DEVICE_LABELS, (node, d.id, d.uuid or d.id, d.index, d.kind, d.model))
 
 
-def _device_labels(node: str, d: Device) -> tuple[str, ...]:
-    return (node, d.uuid or d.id, str(d.index), d.kind, d.model)
-
-
-def _device_families(node: str, rt: RuntimeState) -> Iterator[_Family]:
+def _unique_devices(rt: RuntimeState) -> dict[str, Device]:
     devices: dict[str, Device] = {}
     for d in rt.devices:
         devices.setdefault(d.id, d)
-    fields = {name: _Family(spec) for name, spec in naming.DEVICE_FIELDS.items()}
-    free, healthy, info = (
-        _Family(naming.DEVICE_MEMORY_FREE),
-        _Family(naming.DEVICE_HEALTHY),
-        _Family(naming.DEVICE_INFO),
-    )
-    tx, rx = _Family(naming.LINK_TX), _Family(naming.LINK_RX)
-    p_util, p_used, p_total = (
-        _Family(naming.PARTITION_UTIL),
-        _Family(naming.PARTITION_MEM_USED),
-        _Family(naming.PARTITION_MEM_TOTAL),
-    )
-    for d in devices.values():
-        labels = _device_labels(node, d)
-        healthy.add(labels, 1.0 if d.healthy else 0.0)
-        info.add((*labels, d.vendor, d.partition_mode), 1.0)
-    seen: set[str] = set()
+    return devices
+
+
+def _unique_samples(rt: RuntimeState) -> dict[str, DeviceSample]:
+    samples: dict[str, DeviceSample] = {}
     for s in rt.samples:
-        dev = devices.get(s.device_id)
-        if dev is None or s.device_id in seen:
+        samples.setdefault(s.device_id, s)
+    return samples
+
+
+def _device_families(node: str, rt: RuntimeState) -> Iterator[Family]:
+    devices = _unique_devices(rt)
+    fields = {name: Family(spec) for name, spec in naming.DEVICE_FIELDS.items()}
+    free, healthy, info = (
+        Family(naming.DEVICE_MEMORY_FREE),
+        Family(naming.DEVICE_HEALTHY),
+        Family(naming.DEVICE_INFO),
+    )
+    tx, rx = Family(naming.LINK_TX), Family(naming.LINK_RX)
+    p_util, p_used, p_total = (
+        Family(naming.PARTITION_UTIL),
+        Family(naming.PARTITION_MEM_USED),
+        Family(naming.PARTITION_MEM_TOTAL),
+    )
+    label_sets = {d.id: _device_labels(node, d) for d in devices.values()}
+    for d in devices.values():
+        labels = label_sets[d.id]
+        healthy.add(labels, 1.0 if d.healthy else 0.0)
+        info.add(labels.extend(("vendor", "partition_mode"), (d.vendor, d.partition_mode)), 1.0)
+    for device_id, s in _unique_samples(rt).items():
+        dev = devices.get(device_id)
+        if dev is None:
             continue
-        seen.add(s.device_id)
-        labels = _device_labels(node, dev)
+        labels = label_sets[device_id]
         for name, fam in fields.items():
             fam.add(labels, getattr(s, name))
         if s.memory_total_bytes >= s.memory_used_bytes >= 0:
             free.add(labels, s.memory_total_bytes - s.memory_used_bytes)
         for link in s.links:
-            tx.add((*labels, link.peer_id), link.tx_bytes_total)
-            rx.add((*labels, link.peer_id), link.rx_bytes_total)
+            peer = labels.extend(("peer",), (link.peer_id,))
+            tx.add(peer, link.tx_bytes_total)
+            rx.add(peer, link.rx_bytes_total)
         for p in s.partitions:
-            plabels = (
-                *labels,
-                p.partition_id,
-                p.profile or dev.partition_profiles.get(p.partition_id, ""),
-            )
+            profile = p.profile or dev.partition_profiles.get(p.partition_id, "")
+            plabels = labels.extend(("partition", "profile"), (p.partition_id, profile))
             p_util.add(plabels, p.utilization_ratio)
             p_used.add(plabels, p.memory_used_bytes)
             p_total.add(plabels, p.memory_total_bytes)
@@ -120,33 +103,44 @@ def _device_families(node: str, rt: RuntimeState) -> Iterator[_Family]:
     yield from (free, healthy, info, tx, rx, p_util, p_used, p_total)
 
 
-def _container_families(node: str, snap: Snapshot, rt: RuntimeState) -> Iterator[_Family]:
+def _holdable(rt: RuntimeState) -> dict[str, tuple[Device, str]]:
+    """Every id an allocation may name: a device (partition "") or one of its partitions."""
+    ids: dict[str, tuple[Device, str]] = {}
+    for d in _unique_devices(rt).values():
+        for pid in d.partition_profiles:
+            ids.setdefault(pid, (d, pid))
+    for d in _unique_devices(rt).values():
+        ids[d.id] = (d, "")
+    return ids
+
+
+def _container_families(node: str, snap: Snapshot, rt: RuntimeState) -> Iterator[Family]:
     fams = [
-        _Family(naming.CONTAINER_UTIL),
-        _Family(naming.CONTAINER_MEM_USED),
-        _Family(naming.CONTAINER_CORE),
-        _Family(naming.CONTAINER_MEM_ALLOC),
+        Family(naming.CONTAINER_UTIL),
+        Family(naming.CONTAINER_MEM_USED),
+        Family(naming.CONTAINER_CORE),
+        Family(naming.CONTAINER_MEM_ALLOC),
     ]
     if rt.allocations is not None:
-        devices: dict[str, Device] = {}
-        for d in rt.devices:
-            devices.setdefault(d.id, d)
-        samples: dict[str, DeviceSample] = {}
-        for s in rt.samples:
-            samples.setdefault(s.device_id, s)
-        rows = attribute(
-            rt.allocations,
-            rt.usage,
-            snap.pods,
-            {k: v.utilization_ratio for k, v in samples.items()},
-            {k: v.memory_used_bytes for k, v in samples.items()},
-        )
+        util_of: dict[str, float] = {}
+        used_of: dict[str, float] = {}
+        for device_id, s in _unique_samples(rt).items():
+            util_of[device_id], used_of[device_id] = s.utilization_ratio, s.memory_used_bytes
+            for p in s.partitions:
+                util_of.setdefault(p.partition_id, p.utilization_ratio)
+                used_of.setdefault(p.partition_id, p.memory_used_bytes)
+        rows = attribute(rt.allocations, rt.usage, snap.pods, util_of, used_of)
+        holdable = _holdable(rt)
         util, used, core, alloc = fams
         for r in rows:
-            dev = devices.get(r.device_id)
-            if dev is None:
+            held = holdable.get(r.device_id)
+            if held is None:
                 continue
-            labels = (node, dev.uuid or dev.id, str(dev.index), r.namespace, r.pod, r.container)
+            dev, partition = held
+            labels = LabelSet(
+                naming.CONTAINER_LABELS,
+                (node, dev.id, dev.uuid or dev.id, dev.index, partition, *r.key),
+            )
             util.add(labels, r.utilization_ratio)
             used.add(labels, r.memory_used_bytes)
             core.add(labels, r.allocated_core_ratio)
@@ -154,17 +148,17 @@ def _container_families(node: str, snap: Snapshot, rt: RuntimeState) -> Iterator
     yield from fams
 
 
-def _self_families(state: State, now: float) -> Iterator[_Family]:
+def _self_families(state: State, now: float) -> Iterator[Family]:
     node, snap, st = state.node, state.snapshot, state.stats
     up, info, missing = (
-        _Family(naming.RUNTIME_UP),
-        _Family(naming.RUNTIME_INFO),
-        _Family(naming.RUNTIME_DEGRADED),
+        Family(naming.RUNTIME_UP),
+        Family(naming.RUNTIME_INFO),
+        Family(naming.RUNTIME_DEGRADED),
     )
     pods_up, age, ts = (
-        _Family(naming.PODS_UP),
-        _Family(naming.SNAPSHOT_AGE),
-        _Family(naming.SNAPSHOT_TS),
+        Family(naming.PODS_UP),
+        Family(naming.SNAPSHOT_AGE),
+        Family(naming.SNAPSHOT_TS),
     )
     if snap is not None:
         up.add((node,), 1.0 if snap.runtime is not None else 0.0)
@@ -177,38 +171,76 @@ def _self_families(state: State, now: float) -> Iterator[_Family]:
         age.add((node,), max(now - snap.taken_at, 0.0))
         ts.add((node,), snap.taken_at)
     coll_s, colls, errs = (
-        _Family(naming.COLLECTION_SECONDS),
-        _Family(naming.COLLECTIONS),
-        _Family(naming.COLLECTION_ERRORS),
+        Family(naming.COLLECTION_SECONDS),
+        Family(naming.COLLECTIONS),
+        Family(naming.COLLECTION_ERRORS),
     )
     coll_s.add((node,), st.last_collection_seconds)
     colls.add((node,), float(st.collections))
     for source, n in st.errors.items():
         errs.add((node, source), float(n))
-    scrape_s, scrapes = _Family(naming.SCRAPE_SECONDS), _Family(naming.SCRAPES)
+    scrape_s, scrapes = Family(naming.SCRAPE_SECONDS), Family(naming.SCRAPES)
     scrape_s.add((node,), st.last_scrape_seconds)
     scrapes.add((node,), float(st.scrapes))
     yield from (up, info, missing, pods_up, age, ts, coll_s, colls, errs, scrape_s, scrapes)
 
 
+def snapshot_families(state: State, now: float) -> list[Family]:
+    """Device and container families of the current snapshot, or none when it must not be served.
+
+    Guarantees: they come only from a snapshot that reached the Runtime and is at most
+    ``state.max_age`` seconds old; otherwise they are absent (Prometheus marks them stale) while
+    the self metrics say why (``runtime_up``, the snapshot's age).
+    """
+    snap = state.snapshot
+    if snap is None or snap.runtime is None or now - snap.taken_at > state.max_age:
+        return []
+    return [
+        *_device_families(state.node, snap.runtime),
+        *_container_families(state.node, snap, snap.runtime),
+    ]
+
+
 class SnapshotCollector(Collector):
-    """Renders :class:`State` as metric families; register it in a fresh CollectorRegistry."""
+    """Renders :class:`State` as client_python families; register it in a fresh registry."""
 
     def __init__(self, state: State, clock: Callable[[], float] = time.time) -> None:
         self._state = state
         self._clock = clock
 
     def collect(self) -> Iterator[Metric]:
-        state = self._state
-        snap = state.snapshot
-        families: list[_Family] = []
-        if snap is not None and snap.runtime is not None:
-            families.extend(_device_families(state.node, snap.runtime))
-            families.extend(_container_families(state.node, snap, snap.runtime))
-        families.extend(_self_families(state, self._clock()))
-        for fam in families:
+        now = self._clock()
+        for fam in [*snapshot_families(self._state, now), *_self_families(self._state, now)]:
             yield fam.build()
 
     def describe(self) -> Iterator[Metric]:
         # Families vary with the snapshot; describing nothing keeps register() from collecting.
         return iter(())
+
+
+class Exposition:
+    """The /metrics body: the snapshot's part rendered once per snapshot and format, cached.
+
+    A scrape re-renders only the few self metrics (age, scrape count) and reuses the rest, so
+    its cost does not grow with the number of scrapes per poll.
+    """
+
+    def __init__(self, state: State, clock: Callable[[], float] = time.time) -> None:
+        self._state = state
+        self._clock = clock
+        self._cached: dict[bool, tuple[Snapshot, bytes]] = {}
+
+    def body(self, openmetrics: bool) -> bytes:
+        now = self._clock()
+        state = self._state
+        snap = state.snapshot
+        part = b""
+        fresh = snap is not None and snap.runtime is not None
+        if fresh and snap is not None and now - snap.taken_at <= state.max_age:
+            hit = self._cached.get(openmetrics)
+            if hit is None or hit[0] is not snap:
+                hit = (snap, render(snapshot_families(state, now), openmetrics))
+                self._cached[openmetrics] = hit
+            part = hit[1]
+        tail = render(_self_families(state, now), openmetrics)
+        return part + tail + (EOF if openmetrics else b"")

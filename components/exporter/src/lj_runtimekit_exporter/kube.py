@@ -1,8 +1,9 @@
 """The only module that talks to the apiserver: this node's pods through a ``spec.nodeName`` watch.
 
 For clusters that keep the kubelet's read-only port closed. A list, then a watch from its
-resourceVersion; on expiry (410) or a dropped connection it lists again with the guide's
-backoff. Scrapes never wait on it: :meth:`ApiserverPods.pods` returns the watch cache.
+resourceVersion, watching again from the last one seen when a watch times out; on expiry (410)
+or a dropped connection it lists again with the guide's backoff (1 s, x2, 30 s). Scrapes never
+wait on it: :meth:`ApiserverPods.pods` returns the watch cache.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import asyncio
 import contextlib
 from typing import Any
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from .kubelet import PodsUnavailable
 from .snapshot import Pod
@@ -67,19 +68,25 @@ class ApiserverPods:
         return tuple(self._pods.values())
 
     async def _run(self) -> None:
-        async for attempt in AsyncRetrying(
-            wait=wait_exponential(multiplier=1, exp_base=2, min=1, max=30),
-            retry=retry_if_exception_type((ApiException, OSError, TimeoutError, _Expired)),
-            before_sleep=lambda rs: log.warning(
-                "apiserver_pod_watch_failed",
-                node=self._node,
-                error=repr(rs.outcome.exception()) if rs.outcome else None,
-            ),
-        ):
-            with attempt:
+        failures = 0
+        while True:
+            try:
                 await self._list_and_watch()
+                failures = 0
+            except (ApiException, aiohttp.ClientError, OSError, TimeoutError, _Expired) as e:
+                failures += 1
+                delay = min(2.0 ** (failures - 1), 30.0)
+                log.warning(
+                    "apiserver_pod_watch_failed",
+                    node=self._node,
+                    error=repr(e),
+                    retry_in_s=delay,
+                    effect="pod list served from the watch cache until it lists again",
+                )
+                await asyncio.sleep(delay)
 
     async def _list_and_watch(self) -> None:
+        """List, then watch from that resourceVersion until the watch times out (no error)."""
         assert self._api is not None
         core = client.CoreV1Api(self._api)
         selector = f"spec.nodeName={self._node}"
@@ -87,23 +94,27 @@ class ApiserverPods:
         self._pods = {p.metadata.uid: _pod(p) for p in listed.items}
         self._synced = True
         rv = listed.metadata.resource_version
-        w = watch.Watch()
-        async with w.stream(
-            core.list_pod_for_all_namespaces,
-            field_selector=selector,
-            resource_version=rv,
-            timeout_seconds=300,
-        ) as stream:
-            async for event in stream:
-                kind, obj = event["type"], event["object"]
-                if kind == "ERROR":
-                    raise _Expired(str(obj))
-                if kind == "DELETED":
-                    self._pods.pop(obj.metadata.uid, None)
-                else:
-                    self._pods[obj.metadata.uid] = _pod(obj)
-        raise _Expired("watch ended; listing again")
+        while True:
+            async with watch.Watch().stream(
+                core.list_pod_for_all_namespaces,
+                field_selector=selector,
+                resource_version=rv,
+                allow_watch_bookmarks=True,
+                timeout_seconds=300,
+                _request_timeout=330,
+            ) as stream:
+                async for event in stream:
+                    kind, obj = event["type"], event["object"]
+                    if kind == "ERROR":
+                        raise _Expired(str(obj))
+                    rv = obj.metadata.resource_version or rv
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED":
+                        self._pods.pop(obj.metadata.uid, None)
+                    else:
+                        self._pods[obj.metadata.uid] = _pod(obj)
 
 
 class _Expired(Exception):
-    """The watch ended or its resourceVersion expired: list again."""
+    """The watch's resourceVersion expired (410) or the apiserver sent an error: list again."""

@@ -14,8 +14,19 @@ from typing import Final, Literal
 PREFIX: Final = "lj_runtimekit_"
 MAX_LABEL_LENGTH: Final = 128
 
-DEVICE_LABELS: Final = ("node", "uuid", "index", "kind", "model")
-CONTAINER_LABELS: Final = ("node", "uuid", "index", "namespace", "pod", "container")
+DEVICE_LABELS: Final = ("node", "device", "uuid", "index", "kind", "model")
+"""``device`` is the Runtime's stable id (``gpu-3``), the id NodeDevices and the scheduler use."""
+CONTAINER_LABELS: Final = (
+    "node",
+    "device",
+    "uuid",
+    "index",
+    "partition",
+    "namespace",
+    "pod",
+    "container",
+)
+"""``partition`` is the MIG/TDM partition the container holds, empty for a device or a share."""
 
 Kind = Literal["gauge", "counter"]
 

@@ -37,6 +37,7 @@ class RuntimeSource(Protocol):
 
     async def version(self) -> tuple[str, str]: ...
     async def read(self, version: tuple[str, str]) -> RuntimeState: ...
+    async def reconnect(self) -> None: ...
 
 
 class PodSource(Protocol):
@@ -89,9 +90,13 @@ class Poller:
     async def _read_runtime(self) -> RuntimeState | None:
         try:
             if self._version is None:
+                if self._failures:
+                    await self._runtime.reconnect()
                 self._version = await self._runtime.version()
             rt = await self._runtime.read(self._version)
-        except TemporaryError as e:
+        except (TemporaryError, ValueError, TypeError) as e:
+            # ValueError/TypeError: a Runtime answer our conversion could not take; counted and
+            # retried like an outage rather than ending the poll loop.
             self._version = None
             self._failures += 1
             self._state.stats.errors["runtime"] += 1

@@ -37,6 +37,13 @@ log = structlog.get_logger(__name__)
 LIST_ALLOCATIONS = "DeviceService.ListAllocations"
 ALLOCATION_USAGE = "MonitorService.GetAllocationUsage"
 _OPTIONAL = (LIST_ALLOCATIONS, ALLOCATION_USAGE)
+# The channel's own reconnect follows the guide's backoff (1 s, x2, 30 s) instead of gRPC's
+# default 120 s ceiling, so a restarted Runtime is found again within the poller's backoff.
+CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 1000),
+    ("grpc.min_reconnect_backoff_ms", 1000),
+    ("grpc.max_reconnect_backoff_ms", 30000),
+)
 
 
 class RuntimeUnavailable(TemporaryError):
@@ -130,12 +137,24 @@ class RuntimeClient:
         self._device_path = os.path.join(socket_dir, sockets.DEVICE_SOCKET)
         self._monitor_path = os.path.join(socket_dir, sockets.MONITOR_SOCKET)
         self._timeout = timeout
-        self._device_ch = grpc.aio.insecure_channel(sockets.unix_target(self._device_path))
-        self._monitor_ch = grpc.aio.insecure_channel(sockets.unix_target(self._monitor_path))
-        self._device = device_pb2_grpc.DeviceServiceStub(self._device_ch)
-        self._monitor = monitor_pb2_grpc.MonitorServiceStub(self._monitor_ch)
         self.missing: set[str] = set()
         """Optional methods found missing on the current Runtime (reset on reconnect)."""
+        self._open()
+
+    def _open(self) -> None:
+        self._device_ch = grpc.aio.insecure_channel(
+            sockets.unix_target(self._device_path), options=CHANNEL_OPTIONS
+        )
+        self._monitor_ch = grpc.aio.insecure_channel(
+            sockets.unix_target(self._monitor_path), options=CHANNEL_OPTIONS
+        )
+        self._device = device_pb2_grpc.DeviceServiceStub(self._device_ch)
+        self._monitor = monitor_pb2_grpc.MonitorServiceStub(self._monitor_ch)
+
+    async def reconnect(self) -> None:
+        """Fresh channels, so the next call dials the (restarted) Runtime at once."""
+        await self.close()
+        self._open()
 
     async def __aenter__(self) -> RuntimeClient:
         return self

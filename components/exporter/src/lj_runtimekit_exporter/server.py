@@ -10,13 +10,17 @@ from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
-from .collector import SnapshotCollector, State
+from .collector import Exposition, SnapshotCollector, State
+from .exposition import OPENMETRICS_TYPE, TEXT_TYPE, wants_openmetrics
 
 
 def create_registry(state: State) -> CollectorRegistry:
-    """A fresh registry holding only this exporter's collector (no global state)."""
+    """A fresh registry holding only this exporter's collector (no global state).
+
+    /metrics renders through :class:`Exposition` (same series, cached per snapshot); the registry
+    is for embedding and for tests comparing the two renderings.
+    """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(state))
     return registry
@@ -24,16 +28,16 @@ def create_registry(state: State) -> CollectorRegistry:
 
 def create_app(state: State, healthy: Callable[[], tuple[bool, str]]) -> web.Application:
     """The aiohttp application; ``healthy()`` says whether the poll loop is alive."""
-    registry = create_registry(state)
+    exposition = Exposition(state)
 
     async def metrics(request: web.Request) -> web.Response:
         started = time.perf_counter()
-        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        body = encoder(registry)
+        openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
+        body = exposition.body(openmetrics)
         state.stats.scrapes += 1
         state.stats.last_scrape_seconds = time.perf_counter() - started
         resp = web.Response(body=body)
-        resp.headers["Content-Type"] = content_type
+        resp.headers["Content-Type"] = OPENMETRICS_TYPE if openmetrics else TEXT_TYPE
         return resp
 
     async def healthz(request: web.Request) -> web.Response:

@@ -72,6 +72,11 @@ class Settings:
     log_level: str = _doc("Log level: debug, info, warning or error.", "info")
     log_format: str = _doc("Log format: json, console, or auto (json when not a terminal).", "auto")
 
+    @property
+    def max_snapshot_age(self) -> float:
+        """Seconds after which a snapshot serves no device series (a stuck poll loop)."""
+        return 3 * self.poll_interval + 4 * self.rpc_timeout + self.kubelet_timeout
+
     def __post_init__(self) -> None:
         if self.pods_source not in PODS_SOURCES:
             raise ConfigError(f"pods_source {self.pods_source!r}: expected one of {PODS_SOURCES}")
@@ -138,10 +143,14 @@ def _from_file(path: str) -> dict[str, Any]:
 
 
 def _coerce(name: str, raw: Any, where: str) -> Any:
+    kind = str(FIELDS[name].type)
+    # YAML gives bools, lists and maps too: only scalars of the field's kind are taken
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise ConfigError(f"{where}: {name}={raw!r} is not a valid {kind}")
     try:
-        return _converter(name)(raw) if not isinstance(raw, bool) else str(raw)
+        return _converter(name)(str(raw))
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {name}={raw!r} is not a valid {FIELDS[name].type}") from e
+        raise ConfigError(f"{where}: {name}={raw!r} is not a valid {kind}") from e
 
 
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
