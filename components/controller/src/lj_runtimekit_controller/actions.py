@@ -1,0 +1,245 @@
+"""The action loop: caches of nodes and agent Jobs from list+watch, workers that reconcile."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+from datetime import UTC, datetime
+
+import structlog
+
+from . import job_spec, names, reconcile, status
+from .errors import PermanentError, TemporaryError
+from .kube import Gone, Kube, Obj, job_node, job_view
+from .metrics import Metrics
+from .settings import Settings
+from .workqueue import WorkQueue
+
+log = structlog.get_logger("lj_runtimekit_controller.actions")
+
+
+def _rv(obj: Obj) -> int:
+    try:
+        return int(obj["metadata"].get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ActionLoop:
+    """Reconciles every node's label into agent Jobs; started once this replica leads."""
+
+    def __init__(self, settings: Settings, kube: Kube, metrics: Metrics) -> None:
+        self.s, self.kube, self.metrics = settings, kube, metrics
+        self.nodes: dict[str, Obj] = {}
+        self.jobs: dict[str, Obj] = {}
+        self.queue = WorkQueue()
+        self.synced = {"nodes": asyncio.Event(), "jobs": asyncio.Event()}
+        self._reserved = 0
+        self.policy = reconcile.Policy(
+            retry_limit=settings.retry_limit,
+            backoff_s=settings.retry_backoff,
+            backoff_max_s=settings.retry_backoff_max,
+            max_active_jobs=settings.max_active_jobs,
+        )
+        self.template = job_spec.JobTemplate(
+            image=settings.job_image,
+            namespace=settings.namespace,
+            deadline_s=settings.job_deadline,
+            backoff_limit=settings.job_backoff_limit,
+            socket_dir=settings.socket_dir,
+            containerd_dir=settings.containerd_dir,
+            agent_args=tuple(shlex.split(settings.job_agent_args)),
+            priority_class=settings.job_priority_class,
+        )
+
+    # ------------------------------------------------------------------ caches
+    def _store(self, cache: dict[str, Obj], obj: Obj) -> bool:
+        name = obj["metadata"]["name"]
+        old = cache.get(name)
+        if old is not None and _rv(old) > _rv(obj):
+            return False  # an event older than what our own write returned
+        cache[name] = obj
+        return True
+
+    def _enqueue(self, kind: str, obj: Obj) -> None:
+        node = obj["metadata"]["name"] if kind == "nodes" else job_node(obj)
+        if node:
+            self.queue.add(node)
+
+    async def sync(self, kind: str) -> None:
+        """List, then watch ``kind`` forever; list again when the watch is too old or breaks."""
+        cache = self.nodes if kind == "nodes" else self.jobs
+        delay = 1.0
+        while True:
+            try:
+                listing = await (
+                    self.kube.list_nodes()
+                    if kind == "nodes"
+                    else self.kube.list_jobs(self.s.namespace)
+                )
+                fresh = {o["metadata"]["name"]: o for o in listing.get("items") or []}
+                for gone in set(cache) - set(fresh):
+                    self._enqueue(kind, cache.pop(gone))
+                cache.clear()
+                cache.update(fresh)
+                for obj in fresh.values():
+                    self._enqueue(kind, obj)
+                self.synced[kind].set()
+                rv = listing["metadata"]["resourceVersion"]
+                while True:
+                    async for kind_of_event, obj in self.kube.stream(kind, self.s.namespace, rv):
+                        rv = obj["metadata"].get("resourceVersion", rv)
+                        if kind_of_event == "BOOKMARK":
+                            continue
+                        if kind_of_event == "DELETED":
+                            cache.pop(obj["metadata"]["name"], None)
+                        else:
+                            self._store(cache, obj)
+                        self._enqueue(kind, obj)
+                    delay = 1.0
+            except Gone:
+                log.info("watch_expired", kind=kind)
+            except TemporaryError as e:
+                log.warning("watch_failed", kind=kind, error=str(e), retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    # ------------------------------------------------------------------ decisions
+    def _views(self, node: str) -> list[reconcile.JobView]:
+        views = []
+        for job in self.jobs.values():
+            if job_node(job) == node:
+                view = job_view(job)
+                if view is not None:
+                    views.append(view)
+        return views
+
+    def active_jobs(self) -> int:
+        running = sum(1 for j in self.jobs.values() if (v := job_view(j)) and v.phase == "running")
+        return running + self._reserved
+
+    def step_for(self, name: str) -> reconcile.Step | None:
+        node = self.nodes.get(name)
+        if node is None:
+            return None
+        meta = node["metadata"]
+        labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
+        view = reconcile.NodeView(
+            name=name,
+            desired="enable" if labels.get(self.s.label_key) == self.s.label_value else "disable",
+            status=status.parse(ann.get(names.STATUS_ANNOTATION)),
+            retry_requested=names.RETRY_ANNOTATION in ann,
+        )
+        return reconcile.decide(
+            view, self._views(name), self.active_jobs(), self.policy, time.time()
+        )
+
+    # ------------------------------------------------------------------ steps
+    async def _create(self, name: str, step: reconcile.Create) -> None:
+        self._reserved += 1
+        try:
+            if step.replaces is not None:
+                await self.kube.delete_job(self.s.namespace, step.replaces.name)
+                self.jobs.pop(step.replaces.name, None)
+            if step.clear_retry:
+                self._store(
+                    self.nodes, await self.kube.annotate_node(name, {names.RETRY_ANNOTATION: None})
+                )
+            manifest = job_spec.manifest(self.template, name, step.action, step.attempt)
+            self._store(self.jobs, await self.kube.create_job(manifest))
+        finally:
+            self._reserved -= 1
+        self.metrics.jobs_created.labels(step.action).inc()
+        log.info(
+            "job_created",
+            node=name,
+            action=step.action,
+            attempt=step.attempt,
+            job=manifest["metadata"]["name"],
+        )
+
+    async def _record(self, name: str, step: reconcile.Record) -> None:
+        job = step.job
+        message = await self.kube.termination_message(self.s.namespace, job.name)
+        result = "succeeded" if step.succeeded else "failed"
+        report = status.agent_report(message, f"Job {job.name} {result}")
+        st = status.Status(
+            action=job.action,
+            result=result,
+            time=_now(),
+            job=job.name,
+            job_uid=job.uid,
+            attempt=job.attempt,
+            agent_version=report.agent_version,
+            reason=report.reason,
+            message=report.message,
+            retry=step.retry,
+        )
+        node = await self.kube.annotate_node(name, {names.STATUS_ANNOTATION: st.to_json()})
+        self._store(self.nodes, node)
+        reason = "ActionSucceeded" if step.succeeded else "ActionFailed"
+        text = f"{job.action} {result} (Job {job.name}, try {job.attempt}): {report.message}"
+        if step.retry:
+            text += f"; {step.retry}"
+        await self.kube.node_event(
+            node, reason, "Normal" if step.succeeded else "Warning", text, self.s.namespace
+        )
+        self.metrics.actions.labels(job.action, result).inc()
+        if job.finished:
+            self.metrics.duration.labels(job.action).observe(max(job.finished - job.created, 0))
+        (log.info if step.succeeded else log.warning)(
+            "action_" + result,
+            node=name,
+            action=job.action,
+            job=job.name,
+            attempt=job.attempt,
+            reason=report.reason,
+            message=report.message,
+        )
+        if step.succeeded:
+            await self.kube.delete_job(self.s.namespace, job.name)
+            self.jobs.pop(job.name, None)
+
+    async def reconcile(self, name: str) -> None:
+        """Take steps for ``name`` until it is in sync or must wait."""
+        for _ in range(8):
+            step = self.step_for(name)
+            if step is None or isinstance(step, reconcile.InSync):
+                return
+            if isinstance(step, reconcile.Wait):
+                if step.after_s is not None:
+                    self.queue.add_after(name, step.after_s)
+                return
+            if isinstance(step, reconcile.Create):
+                await self._create(name, step)
+            elif isinstance(step, reconcile.Record):
+                await self._record(name, step)
+            elif isinstance(step, reconcile.Delete):
+                await self.kube.delete_job(self.s.namespace, step.job.name)
+                self.jobs.pop(step.job.name, None)
+                log.info("job_deleted", node=name, job=step.job.name, reason=step.reason)
+
+    async def worker(self) -> None:
+        for kind in self.synced:
+            await self.synced[kind].wait()
+        while True:
+            name = await self.queue.get()
+            self.metrics.queue_depth.set(len(self.queue))
+            try:
+                await self.reconcile(name)
+            except TemporaryError as e:
+                self.metrics.reconcile_errors.inc()
+                log.warning("reconcile_retry", node=name, error=str(e))
+                self.queue.add_after(name, max(e.delay, 1.0))
+            except PermanentError as e:
+                self.metrics.reconcile_errors.inc()
+                log.error("reconcile_failed", node=name, error=str(e), retry_in_s=30)
+                self.queue.add_after(name, 30.0)
+            finally:
+                self.queue.done(name)
+                self.metrics.active_jobs.set(self.active_jobs())

@@ -1,0 +1,78 @@
+"""The agent Job for one action on one node. Pure: settings in, a Job manifest (dict) out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import names
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """What every agent Job shares; from the controller's settings."""
+
+    image: str
+    namespace: str = "kube-system"
+    deadline_s: int = 600
+    backoff_limit: int = 0
+    socket_dir: str = "/run/amp/eKitC/xdm/sockets"
+    containerd_dir: str = "/etc/containerd"
+    agent_args: tuple[str, ...] = ()
+    service_account: str = ""
+    priority_class: str = "system-node-critical"
+
+
+def manifest(t: JobTemplate, node: str, action: str, attempt: int) -> dict[str, Any]:
+    """The Job ``lj-agent-<node>-<action>``: pinned to ``node``, tolerating every taint, with the
+    host paths the agent edits (containerd's config dir, the Runtime's socket dir) and host PID
+    with privilege to restart containerd through nsenter — nothing else from the host."""
+    name = names.job_name(node, action)
+    labels = {**names.MANAGED_BY, names.NODE_KEY: names.label_value(node), names.ACTION_KEY: action}
+    annotations = {names.NODE_KEY: node, names.ATTEMPT_KEY: str(attempt)}
+    volumes = [
+        {"name": "containerd", "hostPath": {"path": t.containerd_dir, "type": "DirectoryOrCreate"}},
+        {"name": "runtime-sockets", "hostPath": {"path": t.socket_dir, "type": "Directory"}},
+    ]
+    container = {
+        "name": "agent",
+        "image": t.image,
+        "args": [action, f"--node-name={node}", f"--socket-dir={t.socket_dir}", *t.agent_args],
+        "env": [{"name": "NODE_NAME", "value": node}],
+        "securityContext": {"privileged": True, "runAsUser": 0},
+        "volumeMounts": [
+            {"name": "containerd", "mountPath": t.containerd_dir},
+            {"name": "runtime-sockets", "mountPath": t.socket_dir},
+        ],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod_spec: dict[str, Any] = {
+        "nodeName": node,
+        "restartPolicy": "Never",
+        "hostPID": True,
+        "automountServiceAccountToken": False,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if t.priority_class:
+        pod_spec["priorityClassName"] = t.priority_class
+    if t.service_account:
+        pod_spec["serviceAccountName"] = t.service_account
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": t.namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            "backoffLimit": t.backoff_limit,
+            "activeDeadlineSeconds": t.deadline_s,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }

@@ -1,0 +1,268 @@
+"""The only module that talks to the apiserver (kubernetes_asyncio), at a bounded request rate.
+
+Objects come back as plain JSON dicts (``_preload_content=False``): the domain reads a few
+fields, and the views are built from them once, here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from . import names
+from .errors import PermanentError, TemporaryError
+from .reconcile import JobView
+
+Obj = dict[str, Any]
+
+
+class Conflict(TemporaryError):
+    """The object exists already or changed under us (409)."""
+
+
+class Gone(TemporaryError):
+    """A watch's resourceVersion is too old (410): list again."""
+
+
+class ApiRate:
+    """A token bucket: ``qps`` requests per second on average, ``burst`` at once."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps, self.burst, self._clock = qps, burst, clock
+        self._tokens = float(burst)
+        self._last = clock()
+        self._lock = asyncio.Lock()
+
+    async def take(self) -> None:
+        async with self._lock:
+            while True:
+                now = self._clock()
+                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+                self._last = now
+                if self._tokens >= 1:
+                    self._tokens -= 1
+                    return
+                await asyncio.sleep((1 - self._tokens) / self.qps)
+
+
+async def api_client(kubeconfig: str) -> client.ApiClient:
+    """An ApiClient from ``kubeconfig``, or the in-cluster ServiceAccount when empty."""
+    try:
+        if kubeconfig:
+            cfg = client.Configuration()
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+            return client.ApiClient(cfg)
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    except (OSError, config.ConfigException) as e:
+        raise PermanentError(
+            f"cannot load Kubernetes credentials ({kubeconfig or 'in-cluster'}): {e}"
+        ) from e
+
+
+def _epoch(ts: str | None) -> float | None:
+    if not ts:
+        return None
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def job_view(job: Obj) -> JobView | None:
+    """The domain's view of an agent Job, or None when it is not one of ours."""
+    meta = job.get("metadata", {})
+    ann = meta.get("annotations") or {}
+    action = (meta.get("labels") or {}).get(names.ACTION_KEY, "")
+    if action not in names.ACTIONS or names.NODE_KEY not in ann:
+        return None
+    status = job.get("status") or {}
+    phase, finished = "running", None
+    for cond in status.get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            phase = "succeeded" if cond["type"] == "Complete" else "failed"
+            finished = _epoch(cond.get("lastTransitionTime"))
+    try:
+        attempt = int(ann.get(names.ATTEMPT_KEY, "1"))
+    except ValueError:
+        attempt = 1
+    return JobView(
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        action=action,
+        attempt=attempt,
+        phase=phase,
+        created=_epoch(meta.get("creationTimestamp")) or time.time(),
+        finished=finished,
+    )
+
+
+def job_node(job: Obj) -> str:
+    return str(((job.get("metadata") or {}).get("annotations") or {}).get(names.NODE_KEY, ""))
+
+
+class Kube:
+    """Calls the controller makes, each one taking a token from ``rate``."""
+
+    def __init__(
+        self, api: client.ApiClient, rate: ApiRate, count: Callable[[str], None] = lambda v: None
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.coordination = client.CoordinationV1Api(api)
+        self._rate, self._count = rate, count
+
+    async def _call(self, verb: str, fn: Any, *args: Any, **kwargs: Any) -> Obj:
+        await self._rate.take()
+        self._count(verb)
+        try:
+            resp = await fn(*args, _preload_content=False, **kwargs)
+        except ApiException as e:
+            if e.status == 409:
+                raise Conflict(f"{verb}: conflict: {e.reason}") from e
+            if e.status == 410:
+                raise Gone(f"{verb}: resourceVersion too old") from e
+            if e.status in (403, 422, 400):
+                raise PermanentError(f"{verb} refused ({e.status}): {e.body!r}") from e
+            raise TemporaryError(f"{verb} failed ({e.status}): {e.reason}") from e
+        except (OSError, TimeoutError, client.exceptions.ApiException) as e:
+            raise TemporaryError(f"{verb}: apiserver unreachable: {e}") from e
+        data: Obj = json.loads(resp.data) if resp.data else {}
+        return data
+
+    async def list_nodes(self) -> Obj:
+        return await self._call("list_nodes", self.core.list_node)
+
+    async def list_jobs(self, namespace: str) -> Obj:
+        return await self._call(
+            "list_jobs",
+            self.batch.list_namespaced_job,
+            namespace,
+            label_selector=names.MANAGED_SELECTOR,
+        )
+
+    async def stream(self, kind: str, namespace: str, rv: str) -> AsyncIterator[tuple[str, Obj]]:
+        """Watch events of ``kind`` (``nodes`` or ``jobs``) after ``rv``; raises :class:`Gone`."""
+        await self._rate.take()
+        self._count(f"watch_{kind}")
+        w = watch.Watch()
+        if kind == "nodes":
+            gen = w.stream(
+                self.core.list_node,
+                resource_version=rv,
+                timeout_seconds=300,
+                allow_watch_bookmarks=True,
+            )
+        else:
+            gen = w.stream(
+                self.batch.list_namespaced_job,
+                namespace,
+                resource_version=rv,
+                label_selector=names.MANAGED_SELECTOR,
+                timeout_seconds=300,
+                allow_watch_bookmarks=True,
+            )
+        try:
+            async with w:
+                async for event in gen:
+                    raw = event["raw_object"]
+                    if event["type"] == "ERROR":
+                        if raw.get("code") == 410:
+                            raise Gone(f"watch {kind}: {raw.get('message', '')}")
+                        raise TemporaryError(f"watch {kind}: {raw.get('message', '')}")
+                    yield event["type"], raw
+        except ApiException as e:
+            if e.status == 410:
+                raise Gone(f"watch {kind}: too old") from e
+            raise TemporaryError(f"watch {kind} failed ({e.status}): {e.reason}") from e
+        except (OSError, TimeoutError) as e:
+            raise TemporaryError(f"watch {kind}: apiserver unreachable: {e}") from e
+
+    async def create_job(self, manifest: Obj) -> Obj:
+        ns = manifest["metadata"]["namespace"]
+        return await self._call("create_job", self.batch.create_namespaced_job, ns, manifest)
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        """Delete with propagation Background, so its pods go too; absent is fine."""
+        try:
+            await self._call(
+                "delete_job",
+                self.batch.delete_namespaced_job,
+                name,
+                namespace,
+                body={"propagationPolicy": "Background"},
+            )
+        except TemporaryError as e:
+            if "(404)" not in str(e):
+                raise
+
+    async def annotate_node(self, node: str, annotations: dict[str, str | None]) -> Obj:
+        body = {"metadata": {"annotations": annotations}}
+        return await self._call("patch_node", self.core.patch_node, node, body)
+
+    async def node_event(self, node: Obj, reason: str, kind: str, message: str, ns: str) -> None:
+        meta = node["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {
+            "metadata": {"generateName": f"{meta['name'][:200]}.", "namespace": ns},
+            "involvedObject": {
+                "kind": "Node",
+                "name": meta["name"],
+                "uid": meta.get("uid", ""),
+                "apiVersion": "v1",
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": names.PREFIX},
+            "reportingComponent": names.PREFIX,
+            "reportingInstance": names.PREFIX,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self._call("create_event", self.core.create_namespaced_event, ns, body)
+
+    async def termination_message(self, namespace: str, job: str) -> str | None:
+        """The agent container's termination message from the Job's newest pod, if any."""
+        pods = await self._call(
+            "list_pods", self.core.list_namespaced_pod, namespace, label_selector=f"job-name={job}"
+        )
+        items = sorted(pods.get("items") or [], key=lambda p: p["metadata"]["creationTimestamp"])
+        for pod in reversed(items):
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                term = (cs.get("state") or {}).get("terminated") or {}
+                if term.get("message"):
+                    return str(term["message"])
+                if term.get("reason"):
+                    return f"{term['reason']} (exit code {term.get('exitCode')})"
+        return None
+
+    async def get_lease(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return await self._call(
+                "get_lease", self.coordination.read_namespaced_lease, name, namespace
+            )
+        except TemporaryError as e:
+            if "(404)" in str(e):
+                return None
+            raise
+
+    async def put_lease(self, namespace: str, lease: Obj) -> Obj:
+        """Create the Lease, or replace it at its resourceVersion; :class:`Conflict` if raced."""
+        if not lease["metadata"].get("resourceVersion"):
+            return await self._call(
+                "create_lease", self.coordination.create_namespaced_lease, namespace, lease
+            )
+        return await self._call(
+            "replace_lease",
+            self.coordination.replace_namespaced_lease,
+            lease["metadata"]["name"],
+            namespace,
+            lease,
+        )

@@ -1,0 +1,44 @@
+"""Names, labels and annotation keys of the controller's objects. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Final
+
+PREFIX: Final = "lj-runtimekit-controller"
+STATUS_ANNOTATION: Final = f"{PREFIX}/last-action-status"
+RETRY_ANNOTATION: Final = f"{PREFIX}/retry"
+NODE_KEY: Final = f"{PREFIX}/node"
+ACTION_KEY: Final = f"{PREFIX}/action"
+ATTEMPT_KEY: Final = f"{PREFIX}/attempt"
+MANAGED_BY: Final = {"app.kubernetes.io/managed-by": PREFIX, "app": "lj-runtimekit-job-agent"}
+MANAGED_SELECTOR: Final = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+ACTIONS: Final = ("enable", "disable")
+MAX_NAME: Final = 63
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def _digest(text: str, size: int = 10) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:size]
+
+
+def job_name(node: str, action: str) -> str:
+    """``lj-agent-<node>-<action>``; a name over 63 characters keeps a prefix and a hash.
+
+    Guarantees: at most 63 characters, a valid DNS label for any valid node name, stable for one
+    (node, action), different for different nodes with overwhelming probability.
+    """
+    full = f"lj-agent-{node}-{action}"
+    if len(full) <= MAX_NAME:
+        return full
+    tail = f"-{_digest(node)}-{action}"
+    head = f"lj-agent-{node}"[: MAX_NAME - len(tail)].rstrip("-.")
+    return head + tail
+
+
+def label_value(value: str) -> str:
+    """``value`` when it is a valid label value (<= 63 chars), else a hash of it."""
+    if len(value) <= MAX_NAME and _LABEL_VALUE.match(value):
+        return value
+    return f"h-{_digest(value, 20)}"

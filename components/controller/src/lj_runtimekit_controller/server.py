@@ -1,0 +1,39 @@
+"""HTTP surface: ``/metrics`` (Prometheus) and ``/healthz``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .metrics import Metrics
+
+
+def create_app(metrics: Metrics, healthy: Callable[[], str | None]) -> web.Application:
+    """``healthy()`` returns None when healthy, else what is wrong."""
+
+    async def metrics_view(_: web.Request) -> web.Response:
+        body = generate_latest(metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        problem = healthy()
+        if problem is None:
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text=problem + "\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_view)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    return runner, sockets[0].getsockname()[1] if sockets else port
