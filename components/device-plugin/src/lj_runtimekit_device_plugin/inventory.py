@@ -1,0 +1,77 @@
+"""The node's last known devices and who waits for a change. No I/O.
+
+The Runtime feeds it (snapshot, health and partition events, periodic lists); plugins and
+publishers wait on :meth:`Inventory.changed` and read a consistent, immutable view. While the
+Runtime is away the last known devices stay, as the kubelet must not see them vanish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .model import Device, RuntimeInfo
+
+
+@dataclass(frozen=True)
+class View:
+    generation: int
+    devices: tuple[Device, ...]
+    runtime: RuntimeInfo
+
+
+class Inventory:
+    """Devices by id; every real change bumps the generation and wakes waiters."""
+
+    def __init__(self) -> None:
+        self._devices: dict[str, Device] = {}
+        self._runtime = RuntimeInfo()
+        self._generation = 0
+        self._cond = asyncio.Condition()
+
+    def view(self) -> View:
+        devs = tuple(sorted(self._devices.values(), key=lambda d: (d.index, d.id)))
+        return View(self._generation, devs, self._runtime)
+
+    async def _bump(self) -> None:
+        async with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    async def replace(self, devices: Iterable[Device]) -> list[tuple[Device | None, Device]]:
+        """Set the full inventory; returns (old, new) of each device that changed."""
+        new = {d.id: d for d in devices}
+        changed = [(self._devices.get(i), d) for i, d in new.items() if self._devices.get(i) != d]
+        removed = set(self._devices) - set(new)
+        if changed or removed:
+            self._devices = new
+            await self._bump()
+        return changed
+
+    async def update(self, devices: Iterable[Device]) -> list[tuple[Device | None, Device]]:
+        """Merge some devices (an event); returns (old, new) of each one that changed."""
+        changed = [(self._devices.get(d.id), d) for d in devices if self._devices.get(d.id) != d]
+        if changed:
+            for _, d in changed:
+                self._devices[d.id] = d
+            await self._bump()
+        return changed
+
+    async def remove(self, ids: Iterable[str]) -> None:
+        gone = [i for i in ids if i in self._devices]
+        for i in gone:
+            del self._devices[i]
+        if gone:
+            await self._bump()
+
+    async def set_runtime(self, info: RuntimeInfo) -> None:
+        if info != self._runtime:
+            self._runtime = info
+            await self._bump()
+
+    async def changed(self, after: int) -> View:
+        """The first view newer than generation ``after`` (at once if there is one)."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self._generation > after)
+        return self.view()
