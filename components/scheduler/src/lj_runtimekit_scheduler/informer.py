@@ -1,0 +1,125 @@
+"""Informers: list, then watch, nodes, NodeDevices and pods into the state and the queue.
+
+Each kind is listed once, then watched from the list's resourceVersion; a closed stream is
+resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried with the
+suite's backoff (1 s, ×2, 30 s). A malformed object is logged and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from . import objects
+from .errors import TemporaryError
+from .kube import Gone, Json, Kube
+from .queue import SchedulingQueue
+from .settings import Settings
+from .state import ClusterState
+
+log = structlog.get_logger("lj_runtimekit_scheduler.informer")
+
+
+class Informers:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: Settings,
+        state: ClusterState,
+        queue: SchedulingQueue,
+        poke: Callable[[], None],
+    ) -> None:
+        self.kube, self.settings, self.state, self.queue = kube, settings, state, queue
+        self.poke = poke
+        self.synced = {k: asyncio.Event() for k in ("nodes", "nodedevices", "pods")}
+        self._handlers: dict[str, Callable[[str, Json], None]] = {
+            "nodes": self._node,
+            "nodedevices": self._devices,
+            "pods": self._pod,
+        }
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(e.wait() for e in self.synced.values()))
+
+    async def run(self, kind: str) -> None:
+        delay = 1.0
+        rv = ""
+        while True:
+            try:
+                if not rv:
+                    rv = await self._relist(kind)
+                async for ev in self.kube.watch(kind, rv):
+                    obj = ev["object"]
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                    if ev["type"] != "BOOKMARK":
+                        self._handle(kind, ev["type"], obj)
+                delay = 1.0
+            except Gone:
+                rv = ""
+            except TemporaryError as e:
+                log.warning("watch_failed", kind=kind, error=str(e), retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(30.0, delay * 2)
+
+    async def _relist(self, kind: str) -> str:
+        items, rv = await self.kube.list(kind)
+        if kind == "pods":
+            seen = {(i.get("metadata") or {}).get("uid") for i in items}
+            for uid in [u for u in self.state.pods if u not in seen]:
+                self.state.remove_pod(uid)
+        for obj in items:
+            self._handle(kind, "ADDED", obj)
+        self.synced[kind].set()
+        log.info("informer_synced", kind=kind, objects=len(items))
+        return rv
+
+    def _handle(self, kind: str, ev_type: str, obj: Json) -> None:
+        try:
+            self._handlers[kind](ev_type, obj)
+        except (KeyError, ValueError, TypeError) as e:
+            name = (obj.get("metadata") or {}).get("name")
+            log.warning("object_malformed", kind=kind, name=name, error=repr(e))
+
+    def _node(self, ev_type: str, obj: Json) -> None:
+        if ev_type == "DELETED":
+            self.state.remove_node(obj["metadata"]["name"])
+            return
+        self.state.set_node(objects.node(obj))
+        self._changed()
+
+    def _devices(self, ev_type: str, obj: Json) -> None:
+        node, devices = objects.node_devices(obj)
+        self.state.set_devices(node, () if ev_type == "DELETED" else devices)
+        self._changed()
+
+    def _pod(self, ev_type: str, obj: Json) -> None:
+        pod = objects.pod(obj)
+        if ev_type == "DELETED":
+            self.queue.delete(pod.uid)
+            if pod.uid in self.state.pods:
+                self.state.remove_pod(pod.uid)
+                self._changed()
+            return
+        ours = pod.scheduler_name == self.settings.scheduler_name
+        if ours and not pod.node_name and not pod.deleting and pod.phase == "Pending":
+            if pod.uid not in self.state.assumed:
+                self.queue.add(pod, time.monotonic())
+                self.poke()
+            return
+        self.queue.delete(pod.uid)
+        held = pod.uid in self.state.pods
+        self.state.observe_pod(pod)
+        if held and pod.uid not in self.state.pods:
+            self._changed()  # a pod finished: its resources are free again
+
+    def _changed(self) -> None:
+        if self.queue.cluster_changed(time.monotonic()):
+            self.poke()
+
+
+def tasks(inf: Informers) -> dict[str, Any]:
+    return {f"informer-{k}": inf.run(k) for k in ("nodes", "nodedevices", "pods")}

@@ -1,0 +1,239 @@
+"""The only module that talks to the apiserver (kubernetes_asyncio, raw JSON on hot paths).
+
+The official models' deserialisation costs more than scheduling a pod, so lists, watches and
+writes go through ``ApiClient.call_api`` with ``_preload_content=False`` and orjson.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+from kubernetes_asyncio import client, config
+
+from .errors import PermanentError, TemporaryError
+from .model import Pod
+from .settings import Settings
+
+log = structlog.get_logger("lj_runtimekit_scheduler.kube")
+Json = dict[str, Any]
+
+PATHS = {
+    "pods": "/api/v1/pods",
+    "nodes": "/api/v1/nodes",
+    "nodedevices": "/apis/lj-runtimekit.aliyun.com/v1/nodedevices",
+}
+
+
+class Gone(TemporaryError):
+    """The watch's resourceVersion is too old: list again."""
+
+
+class TokenBucket:
+    """Client-side rate limit, as client-go's QPS/burst."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps, self.burst = qps, max(1, burst)
+        self.tokens = float(self.burst)
+        self.at = time.monotonic()
+
+    async def take(self) -> None:
+        while True:
+            now = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.qps)
+            self.at = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
+            await asyncio.sleep((1 - self.tokens) / self.qps)
+
+
+def _error(status: int, body: bytes, what: str) -> Exception:
+    text = body[:300].decode(errors="replace")
+    if status in (409, 422, 400, 403, 404):
+        return PermanentError(f"{what}: apiserver answered {status}: {text}")
+    return TemporaryError(f"{what}: apiserver answered {status}: {text}")
+
+
+class Kube:
+    """Raw-JSON access to the few endpoints the scheduler needs."""
+
+    def __init__(self, api: client.ApiClient, settings: Settings) -> None:
+        self.api = api
+        self.limit = TokenBucket(settings.qps, settings.burst)
+        self.identity = ""
+
+    @classmethod
+    async def connect(cls, settings: Settings) -> Kube:
+        cfg = client.Configuration()
+        try:
+            if settings.kubeconfig:
+                await config.load_kube_config(
+                    config_file=settings.kubeconfig, client_configuration=cfg
+                )
+            else:
+                config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as e:
+            raise PermanentError(
+                f"cannot load the apiserver config ({settings.kubeconfig or 'in-cluster'}): {e};"
+                " pass --kubeconfig or run in a pod with a service account"
+            ) from e
+        cfg.connection_pool_maxsize = 256
+        return cls(client.ApiClient(cfg), settings)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        body: Any = None,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        content_type: str = "application/json",
+        request_timeout: float = 30,
+        limited: bool = True,
+    ) -> Json:
+        if limited:
+            await self.limit.take()
+        try:
+            resp = await self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                body=body,
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=request_timeout,
+            )
+            data = await resp.read()
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise TemporaryError(f"{what}: apiserver unreachable: {e}") from e
+        if not 200 <= resp.status < 300:
+            raise _error(resp.status, data, what)
+        out: Json = orjson.loads(data)
+        return out
+
+    async def list(self, kind: str) -> tuple[list[Json], str]:
+        doc = await self._call(
+            "GET",
+            PATHS[kind],
+            f"list {kind}",
+            limited=False,
+            query=[("limit", 0)],
+            request_timeout=120,
+        )
+        return doc.get("items") or [], doc["metadata"].get("resourceVersion", "")
+
+    async def watch(self, kind: str, rv: str, timeout_s: int = 300) -> AsyncIterator[Json]:
+        """Watch events (type, object) from ``rv``; ends when the server closes the stream."""
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", rv),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_s),
+        ]
+        try:
+            resp = await self.api.call_api(
+                PATHS[kind],
+                "GET",
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout_s + 30,
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise TemporaryError(f"watch {kind}: apiserver unreachable: {e}") from e
+        try:
+            if resp.status == 410:
+                raise Gone(f"watch {kind}: resourceVersion {rv} expired")
+            if resp.status != 200:
+                raise _error(resp.status, await resp.read(), f"watch {kind}")
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                ev: Json = orjson.loads(line)
+                if ev.get("type") == "ERROR":
+                    if (ev.get("object") or {}).get("code") == 410:
+                        raise Gone(f"watch {kind}: resourceVersion expired")
+                    raise TemporaryError(f"watch {kind}: {ev.get('object')}")
+                yield ev
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise TemporaryError(f"watch {kind}: stream broke: {e}") from e
+        finally:
+            resp.release()
+
+    # -- writes of the cycle (framework.Binder)
+    async def annotate(self, pod: Pod, annotations: dict[str, str]) -> None:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+        body = {"metadata": {"uid": pod.uid, "annotations": annotations}}
+        await self._call(
+            "PATCH",
+            path,
+            f"annotate pod {pod.key}",
+            body,
+            content_type="application/merge-patch+json",
+        )
+
+    async def bind(self, pod: Pod, node: str) -> None:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self._call("POST", path, f"bind pod {pod.key} to {node}", body)
+
+    async def event(self, pod: Pod, kind: str, reason: str, message: str) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+            "eventTime": now,
+            "type": kind,
+            "reason": reason,
+            "note": message[:1024],
+            "action": "Scheduling",
+            "reportingController": "lj-runtimekit-scheduler",
+            "reportingInstance": self.identity or "lj-runtimekit-scheduler",
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.name,
+                "namespace": pod.namespace,
+                "uid": pod.uid,
+            },
+        }
+        path = f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events"
+        await self._call("POST", path, f"event on {pod.key}", body)
+
+    # -- the leader Lease
+    async def get_lease(self, namespace: str, name: str) -> Json | None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        try:
+            return await self._call("GET", path, f"get lease {name}", limited=False)
+        except PermanentError as e:
+            if "answered 404" in str(e):
+                return None
+            raise
+
+    async def put_lease(self, namespace: str, lease: Json, create: bool) -> Json:
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        name = lease["metadata"]["name"]
+        if create:
+            return await self._call("POST", base, f"create lease {name}", lease, limited=False)
+        return await self._call(
+            "PUT", f"{base}/{name}", f"renew lease {name}", lease, limited=False
+        )

@@ -1,0 +1,40 @@
+"""HTTP surface: ``/metrics`` (Prometheus) and ``/healthz``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .metrics import Metrics
+
+
+def create_app(metrics: Metrics, healthy: Callable[[], bool]) -> web.Application:
+    async def metrics_handler(request: web.Request) -> web.Response:
+        body = generate_latest(metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(request: web.Request) -> web.Response:
+        if healthy():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="not serving")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def create_server(
+    metrics: Metrics, healthy: Callable[[], bool], host: str, port: int
+) -> tuple[web.AppRunner, int]:
+    """Start serving; returns the runner (to stop it) and the bound port (for port 0)."""
+    runner = web.AppRunner(create_app(metrics, healthy), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    return runner, int(bound)
