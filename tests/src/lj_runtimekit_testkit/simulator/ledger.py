@@ -97,14 +97,14 @@ class Ledger:
         self._check_request(req)
         kind, shared_resource = RESOURCES[req.resource_name]
         shared = req.core_percent > 0 or req.memory_bytes > 0
-        targets = [self._target(dev_id, devices, kind) for dev_id in req.device_ids]
-        for target in targets:
-            self._check_capacity(target, req, shared)
         if shared_resource and not shared:
             raise RuntimeRefusal(
                 Refusal.INVALID,
                 f"{req.resource_name} is a shared resource: give core_percent and/or memory_bytes",
             )
+        targets = [self._target(dev_id, devices, kind) for dev_id in req.device_ids]
+        for target in targets:
+            self._check_capacity(target, req, shared)
         alloc_id = f"alloc-{next(self._ids):06d}"
         alloc = Allocation(
             alloc_id,

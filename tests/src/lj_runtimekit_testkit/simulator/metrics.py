@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import zlib
 
 from lj_runtimekit_interface.runtime.v1 import monitor_pb2 as mpb
 from lj_runtimekit_testkit.simulator.inventory import Device
@@ -24,7 +25,7 @@ def allocation_usage(
     alloc: Allocation, device: Device, unit_id: str, elapsed_s: float
 ) -> mpb.AllocationUsage:
     """What one allocation uses of one device now; never more than its share or its grant."""
-    wobble = 0.9 + 0.1 * math.sin(elapsed_s / 7.0 + hash(alloc.id) % 13)
+    wobble = 0.9 + 0.1 * math.sin(elapsed_s / 7.0 + zlib.crc32(alloc.id.encode()) % 13)
     memory = _unit_memory(device, unit_id)
     if alloc.shared:
         share = (alloc.core_percent or 100) / 100.0
