@@ -220,3 +220,25 @@ def retrying(what: str) -> AsyncRetrying:
         before_sleep=before_sleep,
         reraise=True,
     )
+
+
+async def release(client: RuntimeClient, allocation_id: str) -> int:
+    """Free one allocation (unknown ids are not an error); how many were freed."""
+    try:
+        r = await client._stub.Release(
+            device_pb2.ReleaseRequest(allocation_id=allocation_id), timeout=client.timeout
+        )
+    except grpc.aio.AioRpcError as e:
+        raise client._unavailable("Release", e) from e
+    return int(r.released)
+
+
+async def allocation_ids(client: RuntimeClient) -> list[str]:
+    """Ids of every live allocation on the node."""
+    try:
+        r = await client._stub.ListAllocations(
+            device_pb2.ListAllocationsRequest(), timeout=client.timeout
+        )
+    except grpc.aio.AioRpcError as e:
+        raise client._unavailable("ListAllocations", e) from e
+    return [a.id for a in r.allocations]
