@@ -1,0 +1,268 @@
+"""The local control plane: etcd, kube-apiserver (RBAC, service accounts), kube-controller-manager,
+kube-scheduler and kwok, on loopback with free ports, in one work directory.
+
+``ControlPlane.start()`` returns when every component answers its health check (deadlines, no
+sleeps); ``stop()`` stops every process group and is also registered with ``atexit`` and run on
+SIGTERM, so an interrupted test run leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import signal
+import socket
+import ssl
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from lj_runtimekit_testkit.cluster.binaries import binaries_dir
+from lj_runtimekit_testkit.cluster.kubeconfig import write_kubeconfig
+from lj_runtimekit_testkit.cluster.pki import Pki, write_pki
+from lj_runtimekit_testkit.cluster.processes import BinaryProcess, wait_until
+from lj_runtimekit_testkit.cluster.stages import stages_yaml
+
+log = structlog.get_logger(__name__)
+
+SERVICE_CIDR = "10.96.0.0/16"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+def _exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so finalizers and atexit stop the binaries."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _https_ok(url: str, context: ssl.SSLContext) -> bool:
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (OSError, ssl.SSLError):
+        return False
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _healthy(url: str, insecure: ssl.SSLContext) -> bool:
+    return _https_ok(url, insecure) if url.startswith("https:") else _http_ok(url)
+
+
+@dataclass
+class ControlPlane:
+    """A local control plane in ``work_dir`` (a fresh temp dir when not given)."""
+
+    work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lj-cluster-")))
+    start_deadline_s: float = 90.0
+    processes: list[BinaryProcess] = field(default_factory=list)
+    apiserver_port: int = 0
+    kubeconfig: Path = field(init=False)
+    logs_dir: Path = field(init=False)
+    pki: Pki = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kubeconfig = self.work_dir / "admin.kubeconfig"
+        self.logs_dir = self.work_dir / "logs"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    def start(self) -> None:
+        started = time.monotonic()
+        atexit.register(self.stop)
+        _exit_on_sigterm()
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        log.info(
+            "control_plane_ready",
+            kubeconfig=str(self.kubeconfig),
+            logs=str(self.logs_dir),
+            start_s=round(time.monotonic() - started, 2),
+        )
+
+    def _start(self) -> None:
+        bins = binaries_dir()
+        self.pki = write_pki(self.work_dir / "pki")
+        self.apiserver_port = free_port()
+        write_kubeconfig(self.kubeconfig, self.server, self.pki)
+        etcd = self._etcd(bins)
+        wait_until(
+            "etcd healthy",
+            lambda: _http_ok(f"{etcd}/health"),
+            self.start_deadline_s,
+            watched=self.processes,
+        )
+        self._apiserver(bins, etcd)
+        client = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        client.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        wait_until(
+            "kube-apiserver ready",
+            lambda: _https_ok(f"{self.server}/readyz", client),
+            self.start_deadline_s,
+            watched=self.processes,
+        )
+        checks = self._controllers(bins)
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        for name, url in checks.items():
+            wait_until(
+                f"{name} healthy",
+                functools.partial(_healthy, url, insecure),
+                self.start_deadline_s,
+                watched=self.processes,
+            )
+
+    def _spawn(self, name: str, argv: list[str]) -> BinaryProcess:
+        proc = BinaryProcess(name, argv, self.logs_dir / f"{name}.log")
+        self.processes.append(proc)
+        proc.start()
+        return proc
+
+    def _etcd(self, bins: Path) -> str:
+        client, peer = free_port(), free_port()
+        url = f"http://127.0.0.1:{client}"
+        self._spawn(
+            "etcd",
+            [
+                str(bins / "etcd"),
+                f"--data-dir={self.work_dir / 'etcd'}",
+                f"--listen-client-urls={url}",
+                f"--advertise-client-urls={url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+        return url
+
+    def _apiserver(self, bins: Path, etcd: str) -> None:
+        pki = self.pki
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(bins / "kube-apiserver"),
+                f"--etcd-servers={etcd}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                # Loopback may not be a Service endpoint; nothing in the cluster dials it anyway.
+                "--endpoint-reconciler-type=none",
+                f"--secure-port={self.apiserver_port}",
+                f"--cert-dir={self.work_dir / 'apiserver-certs'}",
+                f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}",
+                f"--client-ca-file={pki.ca_cert}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+
+    def _controllers(self, bins: Path) -> dict[str, str]:
+        pki, kubeconfig = self.pki, str(self.kubeconfig)
+        kcm_port, sched_port, kwok_port = free_port(), free_port(), free_port()
+        common = [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            "--leader-elect=false",
+            "--v=1",
+        ]
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(bins / "kube-controller-manager"),
+                *common,
+                f"--secure-port={kcm_port}",
+                f"--cert-dir={self.work_dir / 'kcm-certs'}",
+                "--controllers=*",
+                f"--service-account-private-key-file={pki.sa_key}",
+                f"--root-ca-file={pki.ca_cert}",
+                f"--cluster-signing-cert-file={pki.ca_cert}",
+                f"--cluster-signing-key-file={pki.ca_key}",
+                "--use-service-account-credentials=true",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--concurrent-job-syncs=20",
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(bins / "kube-scheduler"),
+                *common,
+                f"--secure-port={sched_port}",
+                f"--cert-dir={self.work_dir / 'scheduler-certs'}",
+            ],
+        )
+        stages = self.work_dir / "kwok-stages.yaml"
+        stages.write_text(stages_yaml())
+        self._spawn(
+            "kwok",
+            [
+                str(bins / "kwok"),
+                f"--kubeconfig={kubeconfig}",
+                f"--config={stages}",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{kwok_port}",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.250.0.1",
+            ],
+        )
+        return {
+            "kube-controller-manager": f"https://127.0.0.1:{kcm_port}/healthz",
+            "kube-scheduler": f"https://127.0.0.1:{sched_port}/healthz",
+            "kwok": f"http://127.0.0.1:{kwok_port}/healthz",
+        }
+
+    def log_tails(self, lines: int = 15) -> str:
+        """The last lines of every binary's log, for a failed test's report."""
+        return "\n".join(
+            f"----- {p.name} ({p.log_path}) -----\n{p.tail(lines)}" for p in self.processes
+        )
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    def stop(self) -> None:
+        """Stop every binary, the latest started first; safe to call twice."""
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        for proc in reversed(self.processes):
+            proc.stop()
+        log.info("control_plane_stopped", work_dir=str(self.work_dir))

@@ -1,0 +1,126 @@
+"""One control plane binary as a child process: its own process group, its own log file, and a
+stop that leaves nothing behind (SIGTERM to the group, SIGKILL after a grace period)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+class ProcessExited(RuntimeError):
+    """A control plane binary exited while it was expected to run."""
+
+
+@dataclass
+class BinaryProcess:
+    """A running binary; ``log_path`` holds its stdout and stderr."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        # A session of its own: one killpg stops the binary and anything it forks, and a Ctrl-C
+        # in the terminal does not hit it before our own cleanup runs.
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.debug("binary_started", binary=self.name, pid=self.popen.pid, log=str(self.log_path))
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid if self.popen else -1
+
+    def check_running(self) -> None:
+        """Raise :class:`ProcessExited` (with the log tail) if the binary has exited."""
+        if self.popen is None:
+            raise ProcessExited(f"{self.name} was never started")
+        code = self.popen.poll()
+        if code is not None:
+            raise ProcessExited(
+                f"{self.name} exited with code {code}; last lines of {self.log_path}:\n"
+                + self.tail()
+            )
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop the process group; SIGKILL whatever is left after ``grace_s``."""
+        popen = self.popen
+        if popen is None:
+            return
+        if popen.poll() is None:
+            _signal_group(popen.pid, signal.SIGTERM)
+            try:
+                popen.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                log.warning("binary_killed", binary=self.name, pid=popen.pid, grace_s=grace_s)
+        # The leader may be gone while children it forked still hold the group.
+        _signal_group(popen.pid, signal.SIGKILL)
+        if popen.poll() is None:
+            popen.wait(timeout=grace_s)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process is left in the process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_until(
+    condition: str,
+    probe: Callable[[], bool],
+    deadline_s: float,
+    *,
+    watched: list[BinaryProcess],
+    interval_s: float = 0.05,
+) -> None:
+    """Poll ``probe`` until it returns True; fail early when a watched binary exits."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        for proc in watched:
+            proc.check_running()
+        if probe():
+            return
+        if time.monotonic() > deadline:
+            tails = "\n".join(f"--- {p.name} ({p.log_path}):\n{p.tail(20)}" for p in watched)
+            raise TimeoutError(f"{condition} not reached within {deadline_s:.0f} s\n{tails}")
+        time.sleep(interval_s)
+        interval_s = min(interval_s * 1.5, 0.5)
