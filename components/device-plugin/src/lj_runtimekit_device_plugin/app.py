@@ -1,9 +1,129 @@
-"""Lifecycle of the device-plugin."""
+"""Lifecycle of the device plugin: named tasks, signals, ordered shutdown."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
+
+import structlog
+from aiohttp import web
+
+from . import __version__, logs
+from .allocate import Allocator
+from .health import HealthFollower
+from .httpd import create_app
+from .inventory import Inventory
+from .metrics import PluginMetrics
+from .plugins import PluginHost
+from .resources import ResourceNames
+from .runtime import RuntimeClient
 from .settings import Settings
+
+log = structlog.get_logger(__name__)
+
+
+def names_of(s: Settings) -> ResourceNames:
+    return ResourceNames(
+        gpu=s.resource_gpu,
+        gpu_core=s.resource_gpu_core,
+        gpu_memory=s.resource_gpu_memory,
+        ppu=s.resource_ppu,
+        enabled=frozenset(s.enabled),
+        mig_strategy=s.mig_strategy,
+    )
+
+
+async def _guard(name: str, coro: object, stop: asyncio.Event) -> None:
+    try:
+        await coro  # type: ignore[misc]
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("task_failed", task=name, next="shutting down so the DaemonSet restarts us")
+        stop.set()
+        raise
+    log.info("task_ended", task=name)
+
+
+async def _track(inventory: Inventory, metrics: PluginMetrics, follower: HealthFollower) -> None:
+    view = inventory.view()
+    while True:
+        healthy = sum(d.healthy for d in view.devices)
+        metrics.devices.labels("true").set(healthy)
+        metrics.devices.labels("false").set(len(view.devices) - healthy)
+        metrics.runtime_up.set(1 if follower.connected.is_set() else 0)
+        view = await inventory.changed(view.generation)
+
+
+async def serve(s: Settings, stop: asyncio.Event) -> None:
+    """Run until ``stop`` is set; then stop serving, remove our sockets, close clients."""
+    names = names_of(s)
+    metrics = PluginMetrics()
+    inventory = Inventory()
+    client = RuntimeClient(s.socket_dir, s.rpc_timeout)
+    follower = HealthFollower(client, inventory, s.health_interval)
+    host = PluginHost(
+        s.plugin_dir,
+        inventory,
+        names,
+        Allocator(client, names, s.allocate_timeout),
+        observe=metrics.observe,
+        on_registered=metrics.registered,
+    )
+
+    def healthy() -> tuple[bool, str]:
+        if not follower.connected.is_set():
+            return False, "runtime not connected"
+        return True, f"ok, registered: {sorted(host.registered)}"
+
+    runner = web.AppRunner(create_app(metrics, healthy))
+    await runner.setup()
+    await web.TCPSite(runner, s.listen_address, s.port).start()
+    tasks = [
+        asyncio.create_task(_guard("watch", follower.watch(), stop), name="watch"),
+        asyncio.create_task(_guard("poll", follower.poll(), stop), name="poll"),
+        asyncio.create_task(_guard("metrics", _track(inventory, metrics, follower), stop)),
+    ]
+    # Registering before the first inventory would advertise nothing: wait for it (or stop).
+    first = asyncio.create_task(follower.connected.wait())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({first, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not stop.is_set():
+        tasks.append(asyncio.create_task(_guard("plugins", host.run(), stop), name="plugins"))
+        await stop.wait()
+    log.info("shutting_down")
+    for t in (*reversed(tasks), first, stopping):
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+    await host.stop()
+    await runner.cleanup()
+    await client.close()
 
 
 def run(settings: Settings) -> int:
-    raise SystemExit("lj-runtimekit-device-plugin: not built yet")
+    logs.configure(
+        settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
+    )
+    log.info("starting", version=__version__, settings=vars(settings))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        signals = 0
+
+        def on_signal() -> None:
+            nonlocal signals
+            signals += 1
+            if signals > 1:
+                raise SystemExit(1)  # a second signal forces exit
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        await serve(settings, stop)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,49 @@
+"""The plugin's own metrics, in a registry per process (tests get a fresh one)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class PluginMetrics:
+    """Registrations, calls, errors, latencies and device health of this plugin."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.registrations = Counter(
+            "lj_device_plugin_registrations",
+            "Registrations with the kubelet, per resource.",
+            ["resource"],
+            registry=self.registry,
+        )
+        self.calls = Counter(
+            "lj_device_plugin_calls",
+            "Kubelet calls served, per resource, method and outcome.",
+            ["resource", "method", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "lj_device_plugin_call_seconds",
+            "Time to answer a kubelet call.",
+            ["resource", "method"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 10),
+            registry=self.registry,
+        )
+        self.devices = Gauge(
+            "lj_device_plugin_devices",
+            "Devices the Runtime reports, by health.",
+            ["healthy"],
+            registry=self.registry,
+        )
+        self.runtime_up = Gauge(
+            "lj_device_plugin_runtime_connected",
+            "1 when the last Runtime check succeeded.",
+            registry=self.registry,
+        )
+
+    def observe(self, resource: str, method: str, seconds: float, ok: bool) -> None:
+        self.calls.labels(resource, method, "ok" if ok else "error").inc()
+        self.latency.labels(resource, method).observe(seconds)
+
+    def registered(self, resource: str) -> None:
+        self.registrations.labels(resource).inc()
