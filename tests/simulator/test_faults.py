@@ -97,3 +97,25 @@ async def test_restart_keeps_the_watch_client_able_to_resubscribe(
     assert isinstance(first, pb.WatchDevicesResponse)
     assert first.type == pb.DEVICE_EVENT_TYPE_SNAPSHOT
     again.cancel()
+
+
+async def test_too_long_socket_dir_is_refused_clearly() -> None:
+    sim = Simulator("/tmp/" + "d" * 110, "gpu-1x")
+    with pytest.raises(OSError, match="longer than 107 bytes"):
+        await sim.start()
+    await sim.stop()
+
+
+async def test_repartitioning_is_streamed_as_partitions_changed(
+    clients: RuntimeClients, runtime_sim: Simulator
+) -> None:
+    stream = clients.device.WatchDevices(pb.WatchDevicesRequest())
+    await asyncio.wait_for(stream.read(), 1.0)
+    await clients.config.SetPartitioning(
+        cpb.SetPartitioningRequest(device_id="gpu-2", tdm=cpb.TdmSpec(slice_percents=[25, 75]))
+    )
+    event = await asyncio.wait_for(stream.read(), 1.0)
+    assert isinstance(event, pb.WatchDevicesResponse)
+    assert event.type == pb.DEVICE_EVENT_TYPE_PARTITIONS_CHANGED
+    assert [p.id for p in event.devices[0].partitions] == ["gpu-2-tdm-0", "gpu-2-tdm-1"]
+    stream.cancel()

@@ -28,8 +28,9 @@ def allocation_usage(
     wobble = 0.9 + 0.1 * math.sin(elapsed_s / 7.0 + zlib.crc32(alloc.id.encode()) % 13)
     memory = _unit_memory(device, unit_id)
     if alloc.shared:
-        share = (alloc.core_percent or 100) / 100.0
         granted = alloc.memory_bytes or memory
+        # a memory-only share computes in proportion to the memory it holds
+        share = alloc.core_percent / 100.0 if alloc.core_percent else granted / memory
     else:
         share = 1.0 if unit_id == device.id else _unit_share(device, unit_id)
         granted = memory

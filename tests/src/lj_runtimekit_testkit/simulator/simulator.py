@@ -33,6 +33,7 @@ SOCKETS = {
     "ConfigService": sockets.CONFIG_SOCKET,
 }
 STOP_GRACE_S = 0.5
+MAX_SOCKET_PATH = 107
 
 
 class Simulator:
@@ -92,8 +93,15 @@ class Simulator:
                 cgrpc.add_ConfigServiceServicer_to_server(
                     ConfigService(self.node, self.faults), server
                 )
-            if server.add_insecure_port(sockets.unix_target(str(path))) == 0:
-                raise OSError(f"cannot bind {path}")
+            if len(str(path).encode()) > MAX_SOCKET_PATH:
+                raise OSError(
+                    f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes, the "
+                    "unix socket limit: choose a shorter socket directory"
+                )
+            try:
+                server.add_insecure_port(sockets.unix_target(str(path)))
+            except RuntimeError as e:
+                raise OSError(f"cannot bind {path}: is the directory writable?") from e
             await server.start()
             self._servers[service] = server
         log.info(
