@@ -1,0 +1,135 @@
+"""The only module that talks to the apiserver: NodeDevices, node labels, pod marks.
+
+Writes happen on change only: the publisher remembers what it last wrote and sends nothing when
+the new body is equal (never a timer). Pod marks carry the pod's resourceVersion, so two claims
+of one pod can never both succeed (the apiserver answers 409 to the second).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from .errors import TemporaryError
+from .model import Device, RuntimeInfo
+from .nodedevices import GROUP, PLURAL, VERSION, label_patch, labels, status
+
+log = structlog.get_logger(__name__)
+
+
+class ApiserverUnavailable(TemporaryError):
+    """The apiserver did not answer or refused for a reason that may pass."""
+
+
+class Conflict(Exception):
+    """The object changed since it was read (resourceVersion precondition failed)."""
+
+
+async def api_client(kubeconfig: str) -> client.ApiClient:
+    if kubeconfig:
+        return await config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Publisher:
+    """NodeDevices status and node labels of one node, written on change only."""
+
+    def __init__(self, api: client.ApiClient, node: str) -> None:
+        self.api = api
+        self.node = node
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self._status: dict[str, Any] | None = None
+        self._labels: dict[str, str] | None = None
+        self.writes = 0
+
+    async def publish(self, devices: list[Device], runtime: RuntimeInfo) -> bool:
+        """Write what changed; True when anything was written."""
+        wrote = False
+        try:
+            body = status(devices, runtime)
+            if body != self._status:
+                await self._ensure_object()
+                await self.custom.patch_cluster_custom_object_status(
+                    GROUP, VERSION, PLURAL, self.node, {"status": {**body, "observedAt": _now()}}
+                )
+                self._status = body
+                wrote = True
+            new = labels(devices, runtime)
+            if self._labels is None:
+                node = await self.core.read_node(self.node)
+                self._labels = dict(node.metadata.labels or {})
+            patch = label_patch(self._labels, new)
+            if patch:
+                await self.core.patch_node(self.node, {"metadata": {"labels": patch}})
+                self._labels = {
+                    **{k: v for k, v in self._labels.items() if patch.get(k, v) is not None},
+                    **{k: v for k, v in patch.items() if v is not None},
+                }
+                wrote = True
+        except ApiException as e:
+            raise ApiserverUnavailable(
+                f"publishing devices of node {self.node}: {e.status} {e.reason}: check the "
+                "plugin's RBAC (nodedevices, nodes/patch) and that the NodeDevices CRD is applied"
+            ) from e
+        if wrote:
+            self.writes += 1
+            log.info("inventory_published", node=self.node, devices=len(devices))
+        return wrote
+
+    async def _ensure_object(self) -> None:
+        if self._status is not None:
+            return
+        try:
+            await self.custom.create_cluster_custom_object(
+                GROUP,
+                VERSION,
+                PLURAL,
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "NodeDevices",
+                    "metadata": {"name": self.node},
+                    "spec": {"nodeName": self.node},
+                },
+            )
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+
+async def mark_pod(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    resource_version: str,
+    annotations: dict[str, str],
+) -> None:
+    """Annotate a pod only if it is still at ``resource_version``; :class:`Conflict` if not."""
+    core = client.CoreV1Api(api)
+    body = {"metadata": {"resourceVersion": resource_version, "annotations": annotations}}
+    try:
+        await core.patch_namespaced_pod(name, namespace, body)
+    except ApiException as e:
+        if e.status == 409:
+            raise Conflict(f"pod {namespace}/{name} changed since {resource_version}") from e
+        raise ApiserverUnavailable(f"marking pod {namespace}/{name}: {e.status} {e.reason}") from e
+
+
+async def node_pods(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
+    """The pods bound to ``node`` as API JSON (for the handshake's apiserver source)."""
+    core = client.CoreV1Api(api)
+    try:
+        pods = await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+    except ApiException as e:
+        raise ApiserverUnavailable(f"listing pods of node {node}: {e.status} {e.reason}") from e
+    out: list[dict[str, Any]] = [api.sanitize_for_serialization(p) for p in pods.items]
+    return out
