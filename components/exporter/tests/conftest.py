@@ -14,9 +14,78 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from lj_runtimekit_exporter.app import Exporter
+from lj_runtimekit_exporter.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]
+Series = list[tuple[dict[str, str], float]]
+
+
+class RunningExporter:
+    """An exporter serving on a loopback port; ``scrape()`` reads /metrics like Prometheus."""
+
+    def __init__(self, exporter: Exporter) -> None:
+        self.exporter = exporter
+        self.url = f"http://127.0.0.1:{exporter.port}"
+        self._session = aiohttp.ClientSession()
+
+    async def text(self, accept: str = "") -> str:
+        async with self._session.get(self.url + "/metrics", headers={"Accept": accept}) as r:
+            assert r.status == 200
+            return await r.text()
+
+    async def scrape(self) -> dict[str, Series]:
+        out: dict[str, Series] = {}
+        for family in text_string_to_metric_families(await self.text()):
+            for s in family.samples:
+                out.setdefault(s.name, []).append((s.labels, s.value))
+        return out
+
+    async def wait_for(
+        self, ok: Callable[[dict[str, Series]], bool], deadline_s: float = 20.0
+    ) -> dict[str, Series]:
+        """Scrapes until ``ok(series)``; fails with the last scrape's names at the deadline."""
+        end = time.monotonic() + deadline_s
+        got: dict[str, Series] = {}
+        while time.monotonic() < end:
+            got = await self.scrape()
+            if ok(got):
+                return got
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"condition not met after {deadline_s}s; series: {sorted(got)}")
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
+@pytest.fixture
+async def exporter_factory() -> AsyncIterator[Callable[..., Awaitable[RunningExporter]]]:
+    """``await exporter_factory(socket_dir=..., pods_source="none", **settings)``: started."""
+    started: list[RunningExporter] = []
+
+    async def start(**overrides: Any) -> RunningExporter:
+        values: dict[str, Any] = {
+            "node_name": "node-a",
+            "listen_address": "127.0.0.1",
+            "port": 0,
+            "poll_interval": 0.1,
+            "pods_source": "none",
+        }
+        values.update(overrides)
+        exporter = Exporter(Settings(**values))
+        await exporter.start()
+        running = RunningExporter(exporter)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        await running.close()
+        await running.exporter.stop()
 
 
 def free_port() -> int:

@@ -211,11 +211,14 @@ class RuntimeClient:
             devices = await self._device.ListDevices(
                 device_pb2.ListDevicesRequest(), timeout=self._timeout
             )
+        except grpc.aio.AioRpcError as e:
+            raise self._unavailable("DeviceService.ListDevices", e) from e
+        try:
             metrics = await self._monitor.GetDeviceMetrics(
                 monitor_pb2.GetDeviceMetricsRequest(), timeout=self._timeout
             )
         except grpc.aio.AioRpcError as e:
-            raise self._unavailable("ListDevices/GetDeviceMetrics", e) from e
+            raise self._unavailable("MonitorService.GetDeviceMetrics", e) from e
         allocations = await self._allocations()
         usage = await self._usage() if allocations is not None else None
         return RuntimeState(
