@@ -117,3 +117,22 @@ async def test_cli_refuses_a_missing_inventory_clearly(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert b"no-such-node" in err
     assert b"cannot read" in err
+
+
+def test_help_explains_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from lj_runtimekit_testkit.simulator.__main__ import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for flag in (
+        "--socket-dir",
+        "--inventory",
+        "--node",
+        "--state-file",
+        "--capabilities",
+        "--log-format",
+        "control.sock",
+    ):
+        assert flag in out

@@ -35,7 +35,7 @@ def _memory(unit: str) -> int:
     raise AssertionError(unit)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_requests)
 def test_no_unit_is_ever_overcommitted(
     requests: list[tuple[str, list[str], int, int, bool]],
