@@ -33,7 +33,7 @@ def gpu_node(name: str, block: str) -> dict[str, Any]:
     return {
         "metadata": {
             "name": name,
-            "labels": {"lj_runtimekit_enable": "true", "lj-runtimekit.aliyun.com/block": block},
+            "labels": {"lj_runtimekit_enable": "true", "network.topology/block": block},
         },
         "status": {
             "allocatable": {

@@ -45,7 +45,7 @@ class EventRecorder:
         try:
             await self.kube.event(pod, kind, reason, message)
         except SchedulerError as e:
-            log.debug("event_not_recorded", pod=pod.key, reason=reason, error=str(e)[:200])
+            log.warning("event_not_recorded", pod=pod.key, reason=reason, error=str(e)[:200])
 
 
 def _guard(name: str, coro: Coroutine[Any, Any, None], stop: asyncio.Event) -> asyncio.Task[None]:

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from . import objects
-from .errors import TemporaryError
+from .errors import PermanentError, TemporaryError
 from .kube import Gone, Json, Kube
 from .queue import SchedulingQueue
 from .settings import Settings
@@ -60,8 +60,9 @@ class Informers:
                 delay = 1.0
             except Gone:
                 rv = ""
-            except TemporaryError as e:
-                log.warning("watch_failed", kind=kind, error=str(e), retry_in_s=delay)
+            except (TemporaryError, PermanentError) as e:
+                # PermanentError here is mostly a missing CRD or RBAC: say so, keep trying
+                log.warning("watch_failed", kind=kind, error=str(e)[:300], retry_in_s=delay)
                 await asyncio.sleep(delay)
                 delay = min(30.0, delay * 2)
 

@@ -200,7 +200,8 @@ class Kube:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+            # named as client-go names them: <object>.<unix nanoseconds in hex>
+            "metadata": {"name": f"{pod.name}.{time.time_ns():x}", "namespace": pod.namespace},
             "eventTime": now,
             "type": kind,
             "reason": reason,

@@ -94,8 +94,8 @@ class Settings:
     gang_timeout_s: float = 60.0
     """How long a partly known gang waits for its missing members before it is requeued."""
     topology_labels: tuple[str, ...] = (
-        "lj-runtimekit.aliyun.com/block",
-        "topology.kubernetes.io/rack",
+        "network.topology/block",
+        "network.topology/rack",
     )
     """Node labels of the network-topology levels, widest first; gangs pack into the smallest."""
 

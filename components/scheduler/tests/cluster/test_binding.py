@@ -1,0 +1,144 @@
+"""Our scheduler on the real apiserver with KWOK nodes: bindings, GPU decisions, gangs,
+and the same verdicts as kube-scheduler on identical pods."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+
+async def test_gpu_pods_are_bound_with_their_decision_written(
+    gpu_cluster: Any, scheduler: Callable[..., Any]
+) -> None:
+    (node,) = gpu_cluster.gpu_nodes(1)
+    scheduler()
+    whole = gpu_cluster.pod("whole", {"aliyun.com/gpu": "4"})
+    shared = [
+        gpu_cluster.pod(f"shared-{i}", {"aliyun.com/gpu-core": "50", "aliyun.com/gpu-memory": "20"})
+        for i in range(2)
+    ]
+    bound = await gpu_cluster.wait_bound([whole, *shared])
+    assert set(bound.values()) == {node}
+    w = gpu_cluster.assignment(whole)
+    ids = [d["id"] for d in w["containers"][0]["devices"]]
+    assert w["node"] == node
+    assert len(ids) == 4
+    assert ids in (["gpu-0", "gpu-1", "gpu-2", "gpu-3"], ["gpu-4", "gpu-5", "gpu-6", "gpu-7"])
+    slices = [gpu_cluster.assignment(p)["containers"][0]["devices"][0] for p in shared]
+    assert {s["id"] for s in slices}.isdisjoint(ids)
+    # binpack: both halves on one GPU
+    assert slices[0]["id"] == slices[1]["id"]
+    assert sum(s["core"] for s in slices) == 100
+
+
+async def test_gang_waits_whole_then_lands_in_one_block(
+    gpu_cluster: Any, scheduler: Callable[..., Any]
+) -> None:
+    gpu_cluster.gpu_nodes(2, gpus=8)
+    scheduler()
+    group = {
+        "lj-runtimekit-scheduler/pod-group": "g",
+        "lj-runtimekit-scheduler/pod-group-size": "4",
+    }
+    first = [
+        gpu_cluster.pod(f"g-{i}", {"aliyun.com/gpu": "4"}, annotations=group) for i in range(3)
+    ]
+    await asyncio.sleep(2)
+    assert not any(gpu_cluster.nodes_of(first).values())
+    last = gpu_cluster.pod("g-3", {"aliyun.com/gpu": "4"}, annotations=group)
+    bound = await gpu_cluster.wait_bound([*first, last])
+    assert len(set(bound.values())) == 2
+
+
+async def test_oversized_gang_binds_nothing(
+    gpu_cluster: Any, scheduler: Callable[..., Any]
+) -> None:
+    gpu_cluster.gpu_nodes(1, gpus=8)
+    scheduler()
+    group = {
+        "lj-runtimekit-scheduler/pod-group": "big",
+        "lj-runtimekit-scheduler/pod-group-size": "3",
+    }
+    names = [
+        gpu_cluster.pod(f"b-{i}", {"aliyun.com/gpu": "4"}, annotations=group) for i in range(3)
+    ]
+    await asyncio.sleep(3)
+    assert not any(gpu_cluster.nodes_of(names).values())
+
+
+CASES: list[tuple[str, dict[str, Any], dict[str, str] | None]] = [
+    ("fits", {}, {"cpu": "1"}),
+    ("too-much-cpu", {}, {"cpu": "1000"}),
+    ("selector-miss", {"nodeSelector": {"nope": "x"}}, None),
+    (
+        "untolerated-affinity",
+        {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "sched-test", "operator": "DoesNotExist"}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        None,
+    ),
+]
+
+
+async def test_standard_constraints_match_kube_scheduler(
+    gpu_cluster: Any, scheduler: Callable[..., Any]
+) -> None:
+    gpu_cluster.gpu_nodes(1)
+    scheduler()
+    names = []
+    for case, spec, limits in CASES:
+        for who in ("default-scheduler", "lj-runtimekit-scheduler"):
+            name = f"{case}-{'k' if who.startswith('default') else 'lj'}"
+            extra = dict(spec)
+            if case == "selector-miss":
+                extra["nodeSelector"] = {"sched-test": gpu_cluster.tag, "nope": "x"}
+            gpu_cluster.pod(name, limits, scheduler=who, **extra)
+            names.append((case, name))
+    await asyncio.sleep(5)
+    verdicts: dict[str, list[bool]] = {}
+    for case, name in names:
+        verdicts.setdefault(case, []).append(gpu_cluster.node_of(name) is not None)
+    for case, (theirs, ours) in verdicts.items():
+        assert theirs == ours, f"{case}: kube-scheduler bound={theirs}, ours bound={ours}"
+    assert verdicts["fits"] == [True, True]
+    assert verdicts["too-much-cpu"] == [False, False]
+    assert any("Insufficient cpu" in e for e in gpu_cluster.events("too-much-cpu-lj"))
+
+
+async def test_host_port_is_given_once_per_node(
+    gpu_cluster: Any, scheduler: Callable[..., Any]
+) -> None:
+    gpu_cluster.gpu_nodes(1)
+    scheduler()
+    ports = {
+        "containers": [
+            {"name": "main", "image": "busybox", "ports": [{"containerPort": 80, "hostPort": 8080}]}
+        ]
+    }
+    names = [gpu_cluster.pod(f"port-{i}", None, **ports) for i in range(2)]
+
+    def one_bound() -> bool:
+        return any(gpu_cluster.nodes_of(names).values())
+
+    await gpu_cluster.until("one port pod bound", one_bound)
+    await asyncio.sleep(2)
+    assert sum(1 for n in gpu_cluster.nodes_of(names).values() if n) == 1
+    lost = next(n for n, node in gpu_cluster.nodes_of(names).items() if not node)
+    assert any("free ports" in e for e in gpu_cluster.events(lost))
