@@ -7,7 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from lj_runtimekit_testkit.cluster.launcher import KWOK_NODE_ANNOTATION
 
@@ -19,6 +21,7 @@ FEATURE_LABEL = "lj_runtimekit_enable"
 BLOCK_LABEL = "network.topology/block"
 RACK_LABEL = "network.topology/rack"
 KWOK_TAINT_KEY = "kwok.x-k8s.io/node"
+_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def create_nodes(
     shape: NodeShape,
     *,
     first_index: int = 0,
-    parallelism: int = 16,
+    parallelism: int = 8,
 ) -> None:
     """Create the nodes concurrently; responses are not decoded (that is most of the cost)."""
     core = client.CoreV1Api(api)
@@ -93,8 +96,23 @@ def create_nodes(
     def create(item: tuple[int, str]) -> None:
         index, name = item
         body: Any = node_manifest(name, first_index + index, shape)
-        resp: Any = core.create_node(body, _preload_content=False)
-        resp.release_conn()
+        for attempt in range(_ATTEMPTS):
+            try:
+                resp: Any = core.create_node(body, _preload_content=False)
+                # Read the body before the connection goes back to the pool: a reused
+                # connection with unread bytes answers the next request with garbage.
+                resp.drain_conn()
+                resp.release_conn()
+                return
+            except ApiException as e:
+                if e.status == 409:
+                    return
+                if e.status not in (429, 500, 503, 504) or attempt == _ATTEMPTS - 1:
+                    raise
+            except urllib3.exceptions.HTTPError:
+                if attempt == _ATTEMPTS - 1:
+                    raise
+            time.sleep(0.2 * 2**attempt)
 
     with ThreadPoolExecutor(max_workers=parallelism) as pool:
         list(pool.map(create, enumerate(names)))
