@@ -20,6 +20,8 @@ from .nodedevices import GROUP, PLURAL, VERSION, label_patch, labels, status
 
 log = structlog.get_logger(__name__)
 
+MERGE = "application/merge-patch+json"
+
 
 class ApiserverUnavailable(TemporaryError):
     """The apiserver did not answer or refused for a reason that may pass."""
@@ -60,7 +62,12 @@ class Publisher:
             if body != self._status:
                 await self._ensure_object()
                 await self.custom.patch_cluster_custom_object_status(
-                    GROUP, VERSION, PLURAL, self.node, {"status": {**body, "observedAt": _now()}}
+                    GROUP,
+                    VERSION,
+                    PLURAL,
+                    self.node,
+                    {"status": {**body, "observedAt": _now()}},
+                    _content_type=MERGE,  # type: ignore[call-arg]
                 )
                 self._status = body
                 wrote = True
@@ -70,7 +77,11 @@ class Publisher:
                 self._labels = dict(node.metadata.labels or {})
             patch = label_patch(self._labels, new)
             if patch:
-                await self.core.patch_node(self.node, {"metadata": {"labels": patch}})
+                await self.core.patch_node(
+                    self.node,
+                    {"metadata": {"labels": patch}},
+                    _content_type=MERGE,  # type: ignore[call-arg]
+                )
                 self._labels = {
                     **{k: v for k, v in self._labels.items() if patch.get(k, v) is not None},
                     **{k: v for k, v in patch.items() if v is not None},
@@ -117,7 +128,12 @@ async def mark_pod(
     core = client.CoreV1Api(api)
     body = {"metadata": {"resourceVersion": resource_version, "annotations": annotations}}
     try:
-        await core.patch_namespaced_pod(name, namespace, body)
+        await core.patch_namespaced_pod(
+            name,
+            namespace,
+            body,
+            _content_type=MERGE,  # type: ignore[call-arg]
+        )
     except ApiException as e:
         if e.status == 409:
             raise Conflict(f"pod {namespace}/{name} changed since {resource_version}") from e

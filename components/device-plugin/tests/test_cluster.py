@@ -1,0 +1,138 @@
+"""Against the real apiserver: NodeDevices on change only, and the shared-GPU handshake race."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+from kubernetes import client as sync_client
+from kubernetes.client.exceptions import ApiException
+from kubernetes_asyncio import client, config
+
+from lj_runtimekit_device_plugin.assignment import ALLOCATED, ASSIGNMENT, PodView
+from lj_runtimekit_device_plugin.handshake import SharedHandshake
+from lj_runtimekit_device_plugin.kube import Publisher, mark_pod, node_pods
+from lj_runtimekit_device_plugin.nodedevices import GROUP, PLURAL, VERSION
+from lj_runtimekit_device_plugin.podview import pod_view
+from lj_runtimekit_device_plugin.resources import ResourceNames
+from lj_runtimekit_device_plugin.runtime import RuntimeClient, allocation_ids, release
+
+pytestmark = pytest.mark.cluster
+
+CRD = Path(__file__).parents[3] / "deploy" / "crds" / "nodedevices.lj-runtimekit.aliyun.com.yaml"
+CORE = "aliyun.com/gpu-core"
+
+
+@pytest.fixture(scope="module")
+def crd(cluster: Any) -> None:
+    with cluster.api_client() as api:
+        ext = sync_client.ApiextensionsV1Api(api)
+        try:
+            ext.create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        for _ in range(100):
+            got = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+            conditions = (got.status.conditions if got.status else None) or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                return
+            time.sleep(0.1)
+
+
+@pytest_asyncio.fixture
+async def api(cluster: Any) -> AsyncIterator[client.ApiClient]:
+    api = await config.new_client_from_config(config_file=cluster.kubeconfig)
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+async def test_nodedevices_published_on_change_only(
+    cluster: Any, crd: None, api: client.ApiClient, runtime_sim: Any
+) -> None:
+    node = cluster.create_gpu_nodes(1, prefix="dp-nd")[0]
+    rt = RuntimeClient(str(runtime_sim.socket_dir))
+    devices, info = await rt.list_devices(), await rt.version()
+    pub = Publisher(api, node)
+    assert await pub.publish(devices, info)
+    assert not await pub.publish(devices, info)
+    assert pub.writes == 1
+    obj = await client.CustomObjectsApi(api).get_cluster_custom_object(GROUP, VERSION, PLURAL, node)
+    assert obj["status"]["deviceCount"] == 8
+    assert obj["status"]["healthyCount"] == 8
+    sick = [dataclasses.replace(devices[0], healthy=False, reason="XID 79"), *devices[1:]]
+    assert await pub.publish(sick, info)
+    obj = await client.CustomObjectsApi(api).get_cluster_custom_object(GROUP, VERSION, PLURAL, node)
+    assert obj["status"]["healthyCount"] == 7
+    labels = (await client.CoreV1Api(api).read_node(node)).metadata.labels
+    assert labels["lj-runtimekit.aliyun.com/count"] == "8"
+    await rt.close()
+
+
+def _pod(name: str, node: str, gpu: str, at: str) -> dict[str, Any]:
+    assignment = {
+        "version": "v1",
+        "node": node,
+        "assumedAt": at,
+        "containers": [{"name": "main", "devices": [{"id": gpu, "core": 30}]}],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {ASSIGNMENT: json.dumps(assignment)}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"limits": {CORE: "30"}}}
+            ],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+
+
+async def test_two_identical_shared_pods_started_at_once_get_their_own_decisions(
+    cluster: Any, api: client.ApiClient, namespace: str, runtime_sim: Any
+) -> None:
+    node = cluster.create_gpu_nodes(1, prefix="dp-race")[0]
+    core = client.CoreV1Api(api)
+    rt = RuntimeClient(str(runtime_sim.socket_dir))
+
+    async def list_pods() -> list[PodView]:
+        return [v for p in await node_pods(api, node) if (v := pod_view(p)) is not None]
+
+    async def mark(pod: PodView, ann: dict[str, str]) -> None:
+        await mark_pod(api, pod.namespace, pod.name, pod.resource_version, ann)
+
+    for round_ in range(10):
+        names = [f"r{round_}-a", f"r{round_}-b"]
+        for k, name in enumerate(names):
+            body: Any = _pod(name, node, f"gpu-{k}", f"2026-12-03T00:00:0{k}Z")
+            await core.create_namespaced_pod(namespace, body)
+        # two plugin replicas (two handshakes) and two Allocates at the same moment
+        hs = [SharedHandshake(rt, ResourceNames(), node, list_pods, mark) for _ in range(2)]
+        units = [f"gpu-0::core-{i}" for i in range(30)]
+        await asyncio.gather(*(h.allocate(CORE, units) for h in hs))
+        marked = {}
+        for name in names:
+            pod = await core.read_namespaced_pod(name, namespace)
+            assert ALLOCATED in pod.metadata.annotations
+            marked[name] = pod.metadata.annotations["lj-runtimekit-device-plugin/allocation"]
+        assert len(set(marked.values())) == 2
+        # each pod got the device of its own decision, and only that
+        held = sorted(a.device_ids[0] for a in runtime_sim.allocations())
+        assert held == ["gpu-0", "gpu-1"]
+        for name in names:
+            await core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        for a in await allocation_ids(rt):
+            await release(rt, a)
+    await rt.close()
