@@ -55,6 +55,12 @@ class ActionLoop:
             containerd_dir=settings.containerd_dir,
             agent_args=tuple(shlex.split(settings.job_agent_args)),
             priority_class=settings.job_priority_class,
+            pod_annotations=tuple(
+                (k.strip(), v.strip())
+                for k, _, v in (
+                    item.partition("=") for item in settings.job_pod_annotations.split(",") if item
+                )
+            ),
         )
 
     # ------------------------------------------------------------------ caches
@@ -78,7 +84,7 @@ class ActionLoop:
         while True:
             try:
                 listing = await (
-                    self.kube.list_nodes()
+                    self.kube.list_nodes(self.s.node_selector)
                     if kind == "nodes"
                     else self.kube.list_jobs(self.s.namespace)
                 )
@@ -92,7 +98,9 @@ class ActionLoop:
                 self.synced[kind].set()
                 rv = listing["metadata"]["resourceVersion"]
                 while True:
-                    async for kind_of_event, obj in self.kube.stream(kind, self.s.namespace, rv):
+                    async for kind_of_event, obj in self.kube.stream(
+                        kind, self.s.namespace, rv, self.s.node_selector
+                    ):
                         rv = obj["metadata"].get("resourceVersion", rv)
                         if kind_of_event == "BOOKMARK":
                             continue

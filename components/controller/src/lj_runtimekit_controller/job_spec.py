@@ -21,6 +21,7 @@ class JobTemplate:
     agent_args: tuple[str, ...] = ()
     service_account: str = ""
     priority_class: str = "system-node-critical"
+    pod_annotations: tuple[tuple[str, str], ...] = ()
 
 
 def manifest(t: JobTemplate, node: str, action: str, attempt: int) -> dict[str, Any]:
@@ -73,6 +74,9 @@ def manifest(t: JobTemplate, node: str, action: str, attempt: int) -> dict[str, 
         "spec": {
             "backoffLimit": t.backoff_limit,
             "activeDeadlineSeconds": t.deadline_s,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": {
+                "metadata": {"labels": labels, "annotations": dict(t.pod_annotations)},
+                "spec": pod_spec,
+            },
         },
     }

@@ -132,11 +132,17 @@ class Kube:
             raise TemporaryError(f"{verb} failed ({e.status}): {e.reason}") from e
         except (OSError, TimeoutError, client.exceptions.ApiException) as e:
             raise TemporaryError(f"{verb}: apiserver unreachable: {e}") from e
-        data: Obj = json.loads(resp.data) if resp.data else {}
+        try:
+            raw = await resp.read()
+        except (OSError, TimeoutError) as e:
+            raise TemporaryError(f"{verb}: reading the apiserver's answer failed: {e}") from e
+        finally:
+            resp.release()
+        data: Obj = json.loads(raw) if raw else {}
         return data
 
-    async def list_nodes(self) -> Obj:
-        return await self._call("list_nodes", self.core.list_node)
+    async def list_nodes(self, selector: str = "") -> Obj:
+        return await self._call("list_nodes", self.core.list_node, label_selector=selector)
 
     async def list_jobs(self, namespace: str) -> Obj:
         return await self._call(
@@ -146,7 +152,9 @@ class Kube:
             label_selector=names.MANAGED_SELECTOR,
         )
 
-    async def stream(self, kind: str, namespace: str, rv: str) -> AsyncIterator[tuple[str, Obj]]:
+    async def stream(
+        self, kind: str, namespace: str, rv: str, node_selector: str = ""
+    ) -> AsyncIterator[tuple[str, Obj]]:
         """Watch events of ``kind`` (``nodes`` or ``jobs``) after ``rv``; raises :class:`Gone`."""
         await self._rate.take()
         self._count(f"watch_{kind}")
@@ -154,6 +162,7 @@ class Kube:
         if kind == "nodes":
             gen = w.stream(
                 self.core.list_node,
+                label_selector=node_selector,
                 resource_version=rv,
                 timeout_seconds=300,
                 allow_watch_bookmarks=True,

@@ -44,6 +44,12 @@ class Settings:
     label_value: str = _doc(
         "Value of the label that means enabled; any other means disabled.", "true"
     )
+    node_selector: str = _doc(
+        "Label selector of the nodes the controller watches; empty: every node.", ""
+    )
+    job_pod_annotations: str = _doc(
+        "Extra annotations on the agent pods, comma-separated key=value.", ""
+    )
     concurrency: int = _doc("Nodes reconciled at the same time (workers).", 10)
     max_active_jobs: int = _doc("Agent Jobs running at once, cluster-wide.", 50)
     api_qps: float = _doc("Apiserver requests per second, on average.", 20.0)
@@ -100,6 +106,9 @@ class Settings:
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} {getattr(self, name)}: expected a positive number")
+        for item in filter(None, self.job_pod_annotations.split(",")):
+            if "=" not in item:
+                raise ConfigError(f"job_pod_annotations item {item!r}: expected key=value")
         if self.job_backoff_limit < 0:
             raise ConfigError(f"job_backoff_limit {self.job_backoff_limit}: expected >= 0")
         if not self.renew_deadline < self.lease_duration:
