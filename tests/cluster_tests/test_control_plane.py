@@ -150,3 +150,34 @@ def test_service_account_is_denied_what_its_role_does_not_grant(
             with pytest.raises(ApiException) as denied_nodes:
                 reader.list_node()
             assert denied_nodes.value.status == 403
+
+
+def test_daemonset_is_ready_on_labelled_nodes_only(cluster: Cluster, namespace: str) -> None:
+    label = {"lj-testkit/ds": namespace}
+    cluster.create_gpu_nodes(2, prefix="ds", labels=label)
+    labels = {"app": "agent"}
+    spec = _pod_spec()
+    spec.restart_policy = "Always"
+    spec.node_selector = label
+    daemonset = client.V1DaemonSet(
+        metadata=client.V1ObjectMeta(name="agent"),
+        spec=client.V1DaemonSetSpec(
+            selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels), spec=spec
+            ),
+        ),
+    )
+    with cluster.api_client() as api:
+        apps = client.AppsV1Api(api)
+        apps.create_namespaced_daemon_set(namespace, daemonset)
+
+        def ready() -> bool:
+            status = apps.read_namespaced_daemon_set(name="agent", namespace=namespace).status
+            return (
+                status is not None
+                and status.desired_number_scheduled == 2
+                and status.number_ready == 2
+            )
+
+        _eventually("2 ready daemon pods", ready)

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, config
 
 from lj_runtimekit_testkit.cluster.binaries import binaries_dir
-from lj_runtimekit_testkit.cluster.processes import group_alive
+from lj_runtimekit_testkit.cluster.processes import group_alive, process_alive
 
 pytestmark = pytest.mark.cluster
 
@@ -34,6 +34,7 @@ def test_up_prints_kubeconfig_and_down_leaves_no_process(tmp_path: Path) -> None
     finally:
         down = _cli(tmp_path, "down")
     assert down.returncode == 0, down.stderr
-    left = [pid for pid in [state["pid"], *state["pids"]] if group_alive(pid)]
+    left = [pid for pid in state["pids"] if group_alive(pid)]
+    assert not process_alive(state["pid"])
     assert left == []
     assert not (tmp_path / "state.json").exists()

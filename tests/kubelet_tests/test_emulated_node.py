@@ -14,6 +14,7 @@ from kubernetes import client
 
 from lj_runtimekit_testkit.cluster.handle import Cluster
 from lj_runtimekit_testkit.kubelet import KubeletEmulator
+from lj_runtimekit_testkit.kubelet.fixtures import EmulatedGpuNode
 from lj_runtimekit_testkit.kubelet.sample_plugin import SampleDevicePlugin
 
 pytestmark = pytest.mark.cluster
@@ -99,3 +100,14 @@ async def test_restart_makes_the_plugin_register_again_and_capacity_returns(
         await eventually("capacity 2", lambda: _allocatable(core, emulated.node_name) == ("2", "2"))
     finally:
         await plugin.stop()
+
+
+async def test_emulated_gpu_node_fixture_gives_a_node_a_simulator_and_an_emulator(
+    cluster: Cluster, emulated_gpu_node: EmulatedGpuNode
+) -> None:
+    node = cluster.core().read_node(emulated_gpu_node.name)
+    assert node.metadata is not None
+    assert node.metadata.labels is not None
+    assert node.metadata.labels["lj_runtimekit_enable"] == "true"
+    assert emulated_gpu_node.emulator.node_name == emulated_gpu_node.name
+    assert (emulated_gpu_node.simulator.socket_dir / "device-daemon.sock").exists()

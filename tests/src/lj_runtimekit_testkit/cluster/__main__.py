@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lj_runtimekit_testkit.cluster.handle import Cluster
 from lj_runtimekit_testkit.cluster.launcher import ControlPlane
-from lj_runtimekit_testkit.cluster.processes import group_alive
+from lj_runtimekit_testkit.cluster.processes import group_alive, process_alive
 
 
 def _default_state_dir() -> Path:
@@ -71,7 +71,7 @@ def _up(state_dir: Path, nodes: int, deadline_s: float) -> int:
     state = state_dir / "state.json"
     if state.exists():
         info = json.loads(state.read_text())
-        if group_alive(info["pid"]):
+        if process_alive(info["pid"]):
             print(
                 f"a cluster is already up (pid {info['pid']}); `lj-cluster down` first",
                 file=sys.stderr,
@@ -120,7 +120,7 @@ def _down(state_dir: Path, deadline_s: float) -> int:
         state.unlink(missing_ok=True)
         return 0
     deadline = time.monotonic() + deadline_s
-    while group_alive(pid) or any(group_alive(p) for p in info["pids"]):
+    while process_alive(pid) or any(group_alive(p) for p in info["pids"]):
         if time.monotonic() > deadline:
             for p in [pid, *info["pids"]]:
                 with contextlib.suppress(ProcessLookupError):

@@ -93,6 +93,15 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, left when no one reaps an orphan, does not count)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def group_alive(pgid: int) -> bool:
     """Whether any process is left in the process group ``pgid``."""
     try:
