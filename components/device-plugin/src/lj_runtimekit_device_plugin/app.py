@@ -5,17 +5,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from typing import Any
 
 import structlog
 from aiohttp import web
+from kubernetes_asyncio.config import ConfigException
 
 from . import __version__, logs
 from .allocate import Allocator
+from .assignment import PodView
+from .handshake import SharedHandshake
 from .health import HealthFollower
 from .httpd import create_app
 from .inventory import Inventory
+from .kube import ApiserverUnavailable, Publisher, api_client, mark_pod, node_pods
+from .kubelet import kubelet_pods
 from .metrics import PluginMetrics
 from .plugins import PluginHost
+from .podview import pod_view
 from .resources import ResourceNames
 from .runtime import RuntimeClient
 from .settings import Settings
@@ -56,6 +63,51 @@ async def _track(inventory: Inventory, metrics: PluginMetrics, follower: HealthF
         view = await inventory.changed(view.generation)
 
 
+async def _publish(inventory: Inventory, publisher: Publisher) -> None:
+    """One write per change of the inventory (never on a timer); failures retried on change."""
+    view = inventory.view()
+    while True:
+        if view.devices:
+            try:
+                await publisher.publish(list(view.devices), view.runtime)
+            except ApiserverUnavailable as e:
+                log.warning("inventory_publish_failed", error=str(e), next="retry in 5s")
+                await asyncio.sleep(5)
+                continue
+        view = await inventory.changed(view.generation)
+
+
+async def _apiserver(s: Settings) -> Any:
+    try:
+        return await api_client(s.kubeconfig)
+    except ConfigException as e:
+        log.warning(
+            "apiserver_not_configured",
+            error=str(e),
+            disabled="NodeDevices, node labels, shared-GPU handshake via apiserver",
+            fix="run in a pod with a ServiceAccount or pass --kubeconfig",
+        )
+        return None
+
+
+def _handshake(s: Settings, client: RuntimeClient, names: ResourceNames, api: Any) -> Any:
+    async def from_kubelet() -> list[PodView]:
+        pods = await kubelet_pods(s.kubelet_pods_url)
+        return [v for p in pods if (v := pod_view(p)) is not None]
+
+    async def from_apiserver() -> list[PodView]:
+        pods = await node_pods(api, s.node_name)
+        return [v for p in pods if (v := pod_view(p)) is not None]
+
+    async def mark(pod: PodView, annotations: dict[str, str]) -> None:
+        await mark_pod(api, pod.namespace, pod.name, pod.resource_version, annotations)
+
+    if api is None:
+        return None
+    lister = from_kubelet if s.pods_source == "kubelet" else from_apiserver
+    return SharedHandshake(client, names, s.node_name, lister, mark)
+
+
 async def serve(s: Settings, stop: asyncio.Event) -> None:
     """Run until ``stop`` is set; then stop serving, remove our sockets, close clients."""
     names = names_of(s)
@@ -63,11 +115,12 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
     inventory = Inventory()
     client = RuntimeClient(s.socket_dir, s.rpc_timeout)
     follower = HealthFollower(client, inventory, s.health_interval)
+    api = await _apiserver(s)
     host = PluginHost(
         s.plugin_dir,
         inventory,
         names,
-        Allocator(client, names, s.allocate_timeout),
+        Allocator(client, names, s.allocate_timeout, _handshake(s, client, names, api)),
         observe=metrics.observe,
         on_registered=metrics.registered,
     )
@@ -85,6 +138,9 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
         asyncio.create_task(_guard("poll", follower.poll(), stop), name="poll"),
         asyncio.create_task(_guard("metrics", _track(inventory, metrics, follower), stop)),
     ]
+    if api is not None and s.publish_inventory == "true":
+        publisher = Publisher(api, s.node_name)
+        tasks.append(asyncio.create_task(_guard("publish", _publish(inventory, publisher), stop)))
     # Registering before the first inventory would advertise nothing: wait for it (or stop).
     first = asyncio.create_task(follower.connected.wait())
     stopping = asyncio.create_task(stop.wait())
@@ -101,6 +157,8 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
     await host.stop()
     await runner.cleanup()
     await client.close()
+    if api is not None:
+        await api.close()
 
 
 def run(settings: Settings) -> int:
