@@ -67,6 +67,8 @@ class Kube:
     def __init__(self, api: client.ApiClient, settings: Settings) -> None:
         self.api = api
         self.limit = TokenBucket(settings.qps, settings.burst)
+        # events have their own budget, as kube-scheduler's separate event client does
+        self.event_limit = TokenBucket(settings.qps, settings.burst)
         self.identity = ""
 
     @classmethod
@@ -101,9 +103,10 @@ class Kube:
         content_type: str = "application/json",
         request_timeout: float = 30,
         limited: bool = True,
+        bucket: TokenBucket | None = None,
     ) -> Json:
         if limited:
-            await self.limit.take()
+            await (bucket or self.limit).take()
         try:
             resp = await self.api.call_api(
                 path,
@@ -218,7 +221,7 @@ class Kube:
             },
         }
         path = f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events"
-        await self._call("POST", path, f"event on {pod.key}", body)
+        await self._call("POST", path, f"event on {pod.key}", body, bucket=self.event_limit)
 
     # -- the leader Lease
     async def get_lease(self, namespace: str, name: str) -> Json | None:
