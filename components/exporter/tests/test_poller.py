@@ -93,10 +93,15 @@ async def test_an_unreachable_runtime_gives_runtime_none_then_backoff_then_recov
     assert poller.next_delay() == 5.0
 
 
-async def test_an_unreadable_pod_list_gives_pods_none_and_keeps_the_runtime() -> None:
+async def test_an_unreadable_pod_list_keeps_the_last_list_read_and_says_so() -> None:
     poller, state, _, pods = make()
     pods.error = TemporaryError("kubelet down")
     snap = await poller.poll_once()
-    assert snap.pods is None
+    assert (snap.pods, snap.pods_up) == (None, False), "never read: trust the Runtime"
     assert snap.runtime is not None
-    assert state.stats.errors["pods"] == 1
+    pods.error = None
+    await poller.poll_once()
+    pods.error = TemporaryError("kubelet down again")
+    snap = await poller.poll_once()
+    assert (snap.pods, snap.pods_up) == ((Pod("ns", "p", "u"),), False)
+    assert state.stats.errors["pods"] == 2

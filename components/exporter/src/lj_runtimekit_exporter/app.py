@@ -6,19 +6,26 @@ import asyncio
 import dataclasses
 import signal
 import time
+from typing import Protocol
 
 import structlog
 from aiohttp import web
 
 from . import logs, server
 from .collector import State
-from .kube import ApiserverPods
 from .kubelet import KubeletPods
-from .poller import Poller
+from .poller import PodSource, Poller
 from .runtime import RuntimeClient
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
+
+
+class PodFeed(PodSource, Protocol):
+    """A pod source with a lifecycle: the kubelet's /pods or the apiserver watch."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
 
 
 class Exporter:
@@ -32,10 +39,13 @@ class Exporter:
             max_age=settings.max_snapshot_age,
         )
         self.runtime = RuntimeClient(settings.socket_dir, settings.rpc_timeout)
-        self.pods: KubeletPods | ApiserverPods | None = None
+        self.pods: PodFeed | None = None
         if settings.pods_source == "kubelet":
             self.pods = KubeletPods(settings.kubelet_pods_url, settings.kubelet_timeout)
         elif settings.pods_source == "apiserver":
+            # imported only when used: the Kubernetes client alone costs ~65 MiB of RSS
+            from .kube import ApiserverPods
+
             self.pods = ApiserverPods(settings.node_name, settings.kubeconfig or None)
         self.poller = Poller(self.state, self.runtime, self.pods, settings.poll_interval)
         self.port = 0

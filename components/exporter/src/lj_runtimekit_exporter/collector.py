@@ -167,7 +167,7 @@ def _self_families(state: State, now: float) -> Iterator[Family]:
         for method in sorted(snap.degraded):
             missing.add((node, method), 1.0)
         if state.pods_source != "none":
-            pods_up.add((node, state.pods_source), 1.0 if snap.pods is not None else 0.0)
+            pods_up.add((node, state.pods_source), 1.0 if snap.pods_up else 0.0)
         age.add((node,), max(now - snap.taken_at, 0.0))
         ts.add((node,), snap.taken_at)
     coll_s, colls, errs = (

@@ -63,6 +63,7 @@ class Poller:
         self._version: tuple[str, str] | None = None
         self._failures = 0
         self._pods_failing = False
+        self._last_pods: tuple[Pod, ...] | None = None
         self.rounds = 0
         self.last_round_at = 0.0
         """Monotonic time the last round finished (for /healthz)."""
@@ -76,7 +77,8 @@ class Poller:
             node=self._state.node,
             taken_at=self._clock(),
             runtime=rt,
-            pods=pods,
+            pods=pods if pods is not None else self._last_pods,
+            pods_up=pods is not None,
             degraded=frozenset(self._runtime.missing) if rt is not None else frozenset(),
         )
         stats = self._state.stats
@@ -121,12 +123,18 @@ class Poller:
         except TemporaryError as e:
             self._state.stats.errors["pods"] += 1
             if not self._pods_failing:
-                log.warning("pod_list_unavailable", node=self._state.node, error=str(e))
+                log.warning(
+                    "pod_list_unavailable",
+                    node=self._state.node,
+                    error=str(e),
+                    effect="attributing with the last pod list read until it answers",
+                )
             self._pods_failing = True
             return None
         if self._pods_failing:
             log.info("pod_list_back", node=self._state.node, pods=len(pods))
         self._pods_failing = False
+        self._last_pods = pods
         return pods
 
     def next_delay(self) -> float:

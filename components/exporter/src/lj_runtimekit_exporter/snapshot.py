@@ -134,6 +134,9 @@ class Snapshot:
     """Wall-clock time (seconds since the epoch) the poll finished."""
     runtime: RuntimeState | None
     pods: tuple[Pod, ...] | None
-    """None when the pod source could not be read this poll."""
+    """The last pod list read (this poll's, or an earlier one while the source is away); None
+    when there is no pod source or it was never read: attribution then trusts the Runtime."""
+    pods_up: bool = True
+    """Whether this poll read the pod list."""
     degraded: frozenset[str] = frozenset()
     """Runtime methods this Runtime lacks, e.g. "MonitorService.GetAllocationUsage"."""
