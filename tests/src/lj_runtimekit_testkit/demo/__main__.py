@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import structlog
 
 from lj_runtimekit_testkit.demo.scenario import Outcome, Scenario
 from lj_runtimekit_testkit.demo.stack import Stack
@@ -57,13 +60,29 @@ def progress(scenario: Scenario, outcomes: list[Outcome]) -> str:
     )
 
 
+def chosen(assignment: str) -> str:
+    """The devices of the scheduler's decision, e.g. ``gpu-0,gpu-1`` or ``gpu-3 (30% 10GiB)``."""
+    try:
+        decision = json.loads(assignment)
+        parts = []
+        for c in decision["containers"]:
+            for d in c["devices"]:
+                share = (
+                    "" if d.get("whole") else f" ({d.get('core', 0)}% {d.get('memoryGiB', 0)}GiB)"
+                )
+                parts.append(f"{d['id']}{share}")
+        return ", ".join(parts)
+    except (ValueError, KeyError, TypeError):
+        return f"unreadable assignment: {assignment[:60]}"
+
+
 def summary(scenario: Scenario, outcomes: list[Outcome]) -> bool:
     allocations = scenario.allocations()
     metrics = scenario.metrics_with_pods()
     print()
     print(f"{'workload':<16} {'node':<16} {'phase':<9} {'ok':<3} GPUs chosen / reason")
     for o in outcomes:
-        detail = o.assignment or o.message
+        detail = chosen(o.assignment) if o.assignment else o.message
         mark = "yes" if o.placed_as_expected and o.phase == "Running" else "NO"
         print(f"{o.workload.name:<16} {o.node or '-':<16} {o.phase:<9} {mark:<3} {detail[:90]}")
     print()
@@ -82,6 +101,8 @@ def summary(scenario: Scenario, outcomes: list[Outcome]) -> bool:
         all(o.placed_as_expected and o.phase == "Running" for o in outcomes)
         and sum(allocations.values()) > 0
         and any(v > 0 for v in metrics.values())
+        and len(scenario.agent_runs) == len(scenario.stack.nodes)
+        and all(r["exit"] == 0 and r["handler"] for r in scenario.agent_runs.values())
     )
     print()
     print("DEMO OK: every workload placed and running as expected" if ok else "DEMO FAILED")
@@ -90,6 +111,11 @@ def summary(scenario: Scenario, outcomes: list[Outcome]) -> bool:
 
 async def run(args: argparse.Namespace) -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="lj-demo-"))
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    # The in-process parts (control plane launcher, kubelet emulators) log to a file, so the
+    # terminal shows only the demo's own progress.
+    harness_log = (work / "logs" / "harness.log").open("a")
+    structlog.configure(logger_factory=structlog.WriteLoggerFactory(file=harness_log))
     stack = Stack(work, args.kwok_nodes)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -116,7 +142,8 @@ async def run(args: argparse.Namespace) -> int:
         while time.monotonic() < deadline and not stop.is_set():
             outcomes = await asyncio.to_thread(scenario.outcomes)
             say(await asyncio.to_thread(progress, scenario, outcomes))
-            if all(o.phase == "Running" for o in outcomes) and scenario.agent_runs:
+            agents_done = len(scenario.agent_runs) >= len(stack.nodes)
+            if all(o.phase == "Running" for o in outcomes) and agents_done:
                 break
             for name, code in stack.processes.exited():
                 say(f"{name} exited with {code}: see {stack.processes.logs_dir}/{name}.log")
