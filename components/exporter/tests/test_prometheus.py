@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from lj_runtimekit_interface.runtime.v1 import device_pb2, device_pb2_grpc
+from lj_runtimekit_testkit.kubelet.emulator import KubeletEmulator
 from lj_runtimekit_testkit.simulator.simulator import Simulator
 
 pytestmark = pytest.mark.prometheus
@@ -26,9 +27,21 @@ def one_series(result: Result) -> bool:
     return len(result) == 1
 
 
+def kubelet_pod(name: str, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "team", "name": name, "uid": f"uid-{name}"},
+        "spec": {"nodeName": "emulated-node", "containers": [{"name": "main"}]},
+        "status": {"phase": phase},
+    }
+
+
 async def test_prometheus_sees_device_and_pod_series_and_staleness_across_a_runtime_restart(
-    runtime_sim: Simulator, exporter_factory: Factory, prometheus_factory: Factory
+    runtime_sim: Simulator,
+    kubelet_emulator: KubeletEmulator,
+    exporter_factory: Factory,
+    prometheus_factory: Factory,
 ) -> None:
+    kubelet_emulator.set_pods([kubelet_pod("train-0"), kubelet_pod("train-1")])
     async with grpc.aio.insecure_channel(runtime_sim.target("DeviceService")) as ch:
         stub = device_pb2_grpc.DeviceServiceStub(ch)
         for pod, core in (("train-0", 30), ("train-1", 70)):
@@ -42,7 +55,12 @@ async def test_prometheus_sees_device_and_pod_series_and_staleness_across_a_runt
                     memory_bytes=8 * GiB,
                 )
             )
-    exp = await exporter_factory(socket_dir=str(runtime_sim.socket_dir), poll_interval=0.2)
+    exp = await exporter_factory(
+        socket_dir=str(runtime_sim.socket_dir),
+        poll_interval=0.2,
+        pods_source="kubelet",
+        kubelet_pods_url=kubelet_emulator.pods_url,
+    )
     prom = await prometheus_factory([f"127.0.0.1:{exp.exporter.port}"])
 
     util = await prom.wait_for('lj_runtimekit_device_utilization_ratio{device="gpu-0"}', one_series)
@@ -60,6 +78,11 @@ async def test_prometheus_sees_device_and_pod_series_and_staleness_across_a_runt
         ' / on() lj_runtimekit_device_utilization_ratio{device="gpu-0"}'
     )
     assert value(total) == pytest.approx(1.0, abs=0.1)
+
+    kubelet_emulator.set_pods([kubelet_pod("train-0"), kubelet_pod("train-1", "Succeeded")])
+    gone = 'lj_runtimekit_container_utilization_ratio{pod="train-1"}'
+    await prom.wait_for(gone, lambda r: r == [])
+    assert len(await prom.query('lj_runtimekit_container_utilization_ratio{pod="train-0"}')) == 1
 
     await runtime_sim.stop()
     await prom.wait_for("lj_runtimekit_runtime_up == 0", one_series)

@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from lj_runtimekit_interface.runtime.v1 import device_pb2, device_pb2_grpc
+from lj_runtimekit_testkit.kubelet.emulator import KubeletEmulator
 from lj_runtimekit_testkit.simulator.simulator import Simulator
 
 GiB = 2**30
@@ -174,3 +175,34 @@ async def test_a_slow_runtime_call_times_out_and_is_counted_not_hung(
     assert values(got, "lj_runtimekit_exporter_collection_errors_total", source="runtime")[0] >= 1
     runtime_sim.clear_faults()
     await exp.wait_for(up_is(1.0), deadline_s=10.0)
+
+
+def kubelet_pod(name: str, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "team", "name": name, "uid": f"uid-{name}"},
+        "status": {"phase": phase},
+    }
+
+
+async def test_kubelet_pods_terminated_or_gone_pods_leave_at_the_next_poll(
+    runtime_sim: Simulator,
+    device_stub: Stub,
+    kubelet_emulator: KubeletEmulator,
+    exporter_factory: Factory,
+) -> None:
+    for i, name in enumerate(("a", "b", "c")):
+        await allocate(device_stub, name, [f"gpu-{i}"])
+    kubelet_emulator.set_pods([kubelet_pod("a"), kubelet_pod("b"), kubelet_pod("c")])
+    exp = await exporter_factory(
+        socket_dir=str(runtime_sim.socket_dir),
+        pods_source="kubelet",
+        kubelet_pods_url=kubelet_emulator.pods_url,
+    )
+    await exp.wait_for(lambda s: pods(s) == {"a", "b", "c"})
+    kubelet_emulator.set_pods([kubelet_pod("a"), kubelet_pod("b", "Succeeded")])
+    got = await exp.wait_for(lambda s: pods(s) == {"a"}, deadline_s=2.0)
+    assert values(got, "lj_runtimekit_exporter_pods_source_up", source="kubelet") == [1.0]
+
+
+def pods(series: dict[str, Any]) -> set[str]:
+    return {labels["pod"] for labels, _ in series.get(CORE, [])}
