@@ -13,6 +13,7 @@ from aiohttp import web
 
 from . import logs, server
 from .collector import State
+from .errors import ConfigError
 from .kubelet import KubeletPods
 from .poller import PodSource, Poller
 from .runtime import RuntimeClient
@@ -118,9 +119,11 @@ async def serve(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     exporter = Exporter(settings)
-    await exporter.start()
-    await stop.wait()
-    await exporter.stop()
+    try:
+        await exporter.start()
+        await stop.wait()
+    finally:
+        await exporter.stop()
 
 
 def run(settings: Settings) -> int:
@@ -128,5 +131,16 @@ def run(settings: Settings) -> int:
         settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
     )
     log.info("effective_config", **dataclasses.asdict(settings))
-    asyncio.run(serve(settings))
+    try:
+        asyncio.run(serve(settings))
+    except ConfigError as e:
+        log.error("exporter_not_started", error=str(e))
+        return 2
+    except OSError as e:
+        log.error(
+            "exporter_not_started",
+            error=str(e),
+            check=f"is {settings.listen_address}:{settings.port} free? (--port)",
+        )
+        return 1
     return 0

@@ -17,6 +17,7 @@ import structlog
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from .errors import ConfigError
 from .kubelet import PodsUnavailable
 from .snapshot import Pod
 
@@ -44,11 +45,18 @@ class ApiserverPods:
         self._api: client.ApiClient | None = None
 
     async def start(self) -> None:
-        if self._kubeconfig:
-            self._api = await config.new_client_from_config(config_file=self._kubeconfig)
-        else:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-            self._api = client.ApiClient()
+        try:
+            if self._kubeconfig:
+                self._api = await config.new_client_from_config(config_file=self._kubeconfig)
+            else:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+                self._api = client.ApiClient()
+        except (config.ConfigException, OSError) as e:
+            where = self._kubeconfig or "the in-cluster ServiceAccount"
+            raise ConfigError(
+                f"--pods-source=apiserver: cannot load {where} ({e}); set --kubeconfig, run in a "
+                "pod with a ServiceAccount, or use --pods-source=kubelet"
+            ) from e
         self._task = asyncio.create_task(self._run(), name="apiserver-pod-watch")
 
     async def stop(self) -> None:
