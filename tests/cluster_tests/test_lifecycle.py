@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,3 +39,37 @@ def test_up_prints_kubeconfig_and_down_leaves_no_process(tmp_path: Path) -> None
     assert not process_alive(state["pid"])
     assert left == []
     assert not (tmp_path / "state.json").exists()
+
+
+_HOLDER = """
+import json, sys, threading
+from lj_runtimekit_testkit.cluster.launcher import ControlPlane
+cp = ControlPlane()
+cp.start()
+print("PIDS", json.dumps(cp.pids()), flush=True)
+threading.Event().wait()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_interrupted_holder_leaves_no_process(sig: signal.Signals) -> None:
+    binaries_dir()
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLDER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            line = holder.stdout.readline()
+            while line and not line.startswith("PIDS "):  # structlog writes to stdout too
+                line = holder.stdout.readline()
+            pids = json.loads(line.removeprefix("PIDS "))
+            assert len(pids) == 5
+            assert all(group_alive(p) for p in pids)
+            holder.send_signal(sig)
+            holder.wait(timeout=60)
+            assert [p for p in pids if group_alive(p)] == []
+        finally:
+            holder.kill()
