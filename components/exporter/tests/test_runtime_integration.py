@@ -138,6 +138,20 @@ async def test_an_older_runtime_without_allocation_methods_still_gives_device_me
     assert CORE not in got
 
 
+async def test_a_runtime_without_device_metrics_still_gives_inventory_and_health(
+    runtime_sim_factory: Factory, exporter_factory: Factory
+) -> None:
+    sim = await runtime_sim_factory(
+        capabilities=["DeviceService.GetVersion", "DeviceService.ListDevices"]
+    )
+    exp = await exporter_factory(socket_dir=str(sim.socket_dir))
+    got = await exp.wait_for(has("lj_runtimekit_device_healthy", device="gpu-7"))
+    assert values(got, UP) == [1.0]
+    assert UTIL not in got
+    missing = {labels["method"] for labels, _ in got["lj_runtimekit_runtime_method_missing"]}
+    assert "MonitorService.GetDeviceMetrics" in missing
+
+
 async def test_a_mig_partition_holder_is_attributed_with_its_partition(
     runtime_sim_factory: Factory, exporter_factory: Factory
 ) -> None:

@@ -36,7 +36,9 @@ log = structlog.get_logger(__name__)
 
 LIST_ALLOCATIONS = "DeviceService.ListAllocations"
 ALLOCATION_USAGE = "MonitorService.GetAllocationUsage"
-_OPTIONAL = (LIST_ALLOCATIONS, ALLOCATION_USAGE)
+DEVICE_METRICS = "MonitorService.GetDeviceMetrics"
+# Without these the exporter still serves what it can (inventory and health need ListDevices).
+_OPTIONAL = (DEVICE_METRICS, LIST_ALLOCATIONS, ALLOCATION_USAGE)
 # The channel's own reconnect follows the guide's backoff (1 s, x2, 30 s) instead of gRPC's
 # default 120 s ceiling, so a restarted Runtime is found again within the poller's backoff.
 CHANNEL_OPTIONS = (
@@ -213,19 +215,22 @@ class RuntimeClient:
             )
         except grpc.aio.AioRpcError as e:
             raise self._unavailable("DeviceService.ListDevices", e) from e
-        try:
-            metrics = await self._monitor.GetDeviceMetrics(
-                monitor_pb2.GetDeviceMetricsRequest(), timeout=self._timeout
-            )
-        except grpc.aio.AioRpcError as e:
-            raise self._unavailable("MonitorService.GetDeviceMetrics", e) from e
+        samples: tuple[DeviceSample, ...] = ()
+        if DEVICE_METRICS not in self.missing:
+            try:
+                metrics = await self._monitor.GetDeviceMetrics(
+                    monitor_pb2.GetDeviceMetricsRequest(), timeout=self._timeout
+                )
+                samples = tuple(sample_from_proto(m) for m in metrics.devices)
+            except grpc.aio.AioRpcError as e:
+                self._optional_failed(DEVICE_METRICS, e)
         allocations = await self._allocations()
         usage = await self._usage() if allocations is not None else None
         return RuntimeState(
             version=version[0],
             api_version=version[1],
             devices=tuple(device_from_proto(d) for d in devices.devices),
-            samples=tuple(sample_from_proto(m) for m in metrics.devices),
+            samples=samples,
             allocations=allocations,
             usage=usage,
         )
