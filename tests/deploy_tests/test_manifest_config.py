@@ -1,0 +1,52 @@
+"""Each component accepts exactly what its manifest gives it: the ConfigMap's config.yaml and the
+container's args, read by the component's own settings loader (a typo in a ConfigMap key or a
+flag fails here, not in a CrashLoopBackOff on a cluster)."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lj_runtimekit_testkit.manifests import FOLDERS, containers, static_objects
+
+CONFIG_PATH = "/etc/lj-runtimekit/config.yaml"
+#: What the downward API gives each container in the manifests.
+DOWNWARD = {"NODE_NAME": "node-a", "NODE_IP": "10.0.0.1", "POD_NAME": "pod-a"}
+
+
+def manifest_parts(component: str) -> tuple[str, list[str], dict[str, str]]:
+    objs = static_objects([component])
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
+    (workload,) = [o for o in objs if o["kind"] in {"DaemonSet", "Deployment"}]
+    (c,) = containers(workload)
+    env = {e["name"]: DOWNWARD[e["name"]] for e in c.get("env", []) if "valueFrom" in e}
+    env.update({e["name"]: e["value"] for e in c.get("env", []) if "value" in e})
+    return cm["data"]["config.yaml"], list(c.get("args", [])), env
+
+
+@pytest.mark.parametrize("component", list(FOLDERS), ids=list(FOLDERS))
+def test_component_loads_its_manifest_config_and_args(component: str, tmp_path: Path) -> None:
+    text, args, env = manifest_parts(component)
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    argv = [a.replace(CONFIG_PATH, str(config)) for a in args]
+    package = "lj_runtimekit_" + component.replace("-", "_")
+    settings: Any = importlib.import_module(f"{package}.settings")
+    loaded = settings.load(argv, env)
+    assert loaded is not None
+
+
+@pytest.mark.parametrize("component", list(FOLDERS), ids=list(FOLDERS))
+def test_component_rejects_an_unknown_configmap_key(component: str, tmp_path: Path) -> None:
+    text, args, env = manifest_parts(component)
+    config = tmp_path / "config.yaml"
+    config.write_text(text + "no_such_key_anywhere: 1\n")
+    argv = [a.replace(CONFIG_PATH, str(config)) for a in args]
+    package = "lj_runtimekit_" + component.replace("-", "_")
+    settings: Any = importlib.import_module(f"{package}.settings")
+    errors: Any = importlib.import_module(f"{package}.errors")
+    with pytest.raises(errors.ConfigError, match="no_such_key_anywhere"):
+        settings.load(argv, env)
