@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,24 @@ def test_interrupted_holder_leaves_no_process(sig: signal.Signals) -> None:
             assert [p for p in pids if group_alive(p)] == []
         finally:
             holder.kill()
+
+
+def test_killed_holder_leaves_no_process() -> None:
+    binaries_dir()
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLDER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as holder:
+        assert holder.stdout is not None
+        line = holder.stdout.readline()
+        while line and not line.startswith("PIDS "):
+            line = holder.stdout.readline()
+        pids = json.loads(line.removeprefix("PIDS "))
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + 10
+    while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p for p in pids if process_alive(p)] == []

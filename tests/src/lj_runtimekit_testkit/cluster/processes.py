@@ -4,9 +4,12 @@ stop that leaves nothing behind (SIGTERM to the group, SIGKILL after a grace per
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,8 +40,10 @@ class BinaryProcess:
         self._log = self.log_path.open("ab")
         # A session of its own: one killpg stops the binary and anything it forks, and a Ctrl-C
         # in the terminal does not hit it before our own cleanup runs.
+        main = threading.current_thread() is threading.main_thread()
         self.popen = subprocess.Popen(
             self.argv,
+            preexec_fn=_die_with_parent if main and sys.platform == "linux" else None,  # noqa: PLW1509 - main thread only
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -86,6 +91,14 @@ class BinaryProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGKILL it when the parent dies, even by SIGKILL (no cleanup ran).
+
+    Only for children of the main thread: the kernel ties this to the spawning thread."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
