@@ -24,6 +24,8 @@ class NodeInfo:
     ports: set[HostPort] = field(default_factory=set)
     device_use: dict[str, DeviceUse] = field(default_factory=dict)
     pods: set[str] = field(default_factory=set)
+    version: int = 0
+    """Bumped whenever what the node holds or its devices change (plugins key caches on it)."""
 
 
 def assignment_of(pod: Pod) -> Choice | None:
@@ -73,6 +75,7 @@ class ClusterState:
         if info is None:
             info = self.nodes[node.name] = NodeInfo(node, self.devices.get(node.name, ()))
         info.node = node
+        info.version += 1
         self.generation += 1
 
     def remove_node(self, name: str) -> None:
@@ -83,10 +86,12 @@ class ClusterState:
         self.devices[node] = devices
         if node in self.nodes:
             self.nodes[node].devices = devices
+            self.nodes[node].version += 1
         self.generation += 1
 
     # -- pods
     def _hold(self, info: NodeInfo, pod: Pod, choice: Choice | None, sign: int) -> None:
+        info.version += 1
         for k, v in pod.requests.items():
             info.requested[k] = info.requested.get(k, 0) + sign * v
         if sign > 0:

@@ -45,6 +45,9 @@ class GpuFit:
     def __init__(self, strategy: str, feature_label: str) -> None:
         self.strategy = strategy
         self.feature_label = feature_label
+        # (node, node version, requests) → (choice, why not, score): same-shaped pods in a row
+        # recompute only the nodes that changed
+        self._cache: dict[tuple[str, int, object], tuple[gpu.Choice | None, str, int]] = {}
 
     def _choices(self, cs: CycleState) -> dict[str, gpu.Choice]:
         return cs.data.setdefault(NAME, {})  # type: ignore[no-any-return]
@@ -56,19 +59,27 @@ class GpuFit:
             return fail(f"node is not labelled {self.feature_label}=true")
         if not info.devices:
             return fail("node has no NodeDevices inventory yet")
-        try:
-            choice = gpu.choose(info.devices, info.device_use, pod.devices, self.strategy)
-        except gpu.NoFit as e:
-            return fail(str(e))
-        self._choices(cs)[info.node.name] = choice
+        key = (info.node.name, info.version, pod.devices)
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) > 200_000:
+                self._cache.clear()
+            try:
+                choice = gpu.choose(info.devices, info.device_use, pod.devices, self.strategy)
+                after = gpu.apply(info.device_use, choice)
+                hit = (choice, "", gpu.score(info.devices, after, self.strategy))
+            except gpu.NoFit as e:
+                hit = (None, str(e), 0)
+            self._cache[key] = hit
+        if hit[0] is None:
+            return fail(hit[1])
+        self._choices(cs)[info.node.name] = hit[0]
+        cs.data.setdefault(f"{NAME}/score", {})[info.node.name] = hit[2]
         return OK
 
     def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:
-        choice = self._choices(cs).get(info.node.name)
-        if choice is None:
-            return 0
-        after = gpu.apply(info.device_use, choice)
-        return gpu.score(info.devices, after, self.strategy)
+        scores: dict[str, int] = cs.data.get(f"{NAME}/score", {})
+        return scores.get(info.node.name, 0)
 
     def chosen(self, cs: CycleState, node: str) -> gpu.Choice | None:
         return self._choices(cs).get(node)
