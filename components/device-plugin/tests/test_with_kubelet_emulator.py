@@ -49,7 +49,7 @@ async def test_emulated_kubelet_sees_8_800_and_memory_then_health_and_restart(
     k = kubelet_emulator
     await _until(lambda: k.resources().get("aliyun.com/gpu", (0, 0))[1] == 8)
     await _until(lambda: k.resources().get("aliyun.com/gpu-core", (0, 0))[1] == 800)
-    assert k.resources()["aliyun.com/gpu-memory"][1] == 8 * 80
+    await _until(lambda: k.resources().get("aliyun.com/gpu-memory", (0, 0))[1] == 8 * 80)
     loop = asyncio.get_running_loop()
     start = loop.time()
     runtime_sim.set_health("gpu-2", False, "XID 79")
