@@ -7,6 +7,7 @@ fields, and the views are built from them once, here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -101,6 +102,23 @@ def job_view(job: Obj) -> JobView | None:
     )
 
 
+class NotFound(TemporaryError):
+    """The object does not exist (404)."""
+
+
+def _error(verb: str, code: int, message: str) -> Exception:
+    text = f"{verb} failed ({code}): {message}"
+    if code == 404:
+        return NotFound(text)
+    if code == 409:
+        return Conflict(text)
+    if code == 410:
+        return Gone(text)
+    if code in (400, 403, 422):
+        return PermanentError(text)
+    return TemporaryError(text)
+
+
 def job_node(job: Obj) -> str:
     return str(((job.get("metadata") or {}).get("annotations") or {}).get(names.NODE_KEY, ""))
 
@@ -122,23 +140,20 @@ class Kube:
         self._count(verb)
         try:
             resp = await fn(*args, _preload_content=False, **kwargs)
+            try:
+                raw = await resp.read()
+            finally:
+                resp.release()
         except ApiException as e:
-            if e.status == 409:
-                raise Conflict(f"{verb}: conflict: {e.reason}") from e
-            if e.status == 410:
-                raise Gone(f"{verb}: resourceVersion too old") from e
-            if e.status in (403, 422, 400):
-                raise PermanentError(f"{verb} refused ({e.status}): {e.body!r}") from e
-            raise TemporaryError(f"{verb} failed ({e.status}): {e.reason}") from e
-        except (OSError, TimeoutError, client.exceptions.ApiException) as e:
+            raise _error(verb, e.status, str(e.reason)) from e
+        except (OSError, TimeoutError) as e:
             raise TemporaryError(f"{verb}: apiserver unreachable: {e}") from e
         try:
-            raw = await resp.read()
-        except (OSError, TimeoutError) as e:
-            raise TemporaryError(f"{verb}: reading the apiserver's answer failed: {e}") from e
-        finally:
-            resp.release()
-        data: Obj = json.loads(raw) if raw else {}
+            data: Obj = json.loads(raw) if raw else {}
+        except ValueError as e:
+            raise TemporaryError(f"{verb}: the apiserver answered non-JSON ({resp.status})") from e
+        if resp.status >= 400:
+            raise _error(verb, resp.status, str(data.get("message", resp.reason)))
         return data
 
     async def list_nodes(self, selector: str = "") -> Obj:
@@ -198,7 +213,7 @@ class Kube:
 
     async def delete_job(self, namespace: str, name: str) -> None:
         """Delete with propagation Background, so its pods go too; absent is fine."""
-        try:
+        with contextlib.suppress(NotFound):
             await self._call(
                 "delete_job",
                 self.batch.delete_namespaced_job,
@@ -206,9 +221,6 @@ class Kube:
                 namespace,
                 body={"propagationPolicy": "Background"},
             )
-        except TemporaryError as e:
-            if "(404)" not in str(e):
-                raise
 
     async def annotate_node(self, node: str, annotations: dict[str, str | None]) -> Obj:
         body = {"metadata": {"annotations": annotations}}
@@ -257,10 +269,8 @@ class Kube:
             return await self._call(
                 "get_lease", self.coordination.read_namespaced_lease, name, namespace
             )
-        except TemporaryError as e:
-            if "(404)" in str(e):
-                return None
-            raise
+        except NotFound:
+            return None
 
     async def put_lease(self, namespace: str, lease: Obj) -> Obj:
         """Create the Lease, or replace it at its resourceVersion; :class:`Conflict` if raced."""
