@@ -194,9 +194,7 @@ class ActionLoop:
         text = f"{job.action} {result} (Job {job.name}, try {job.attempt}): {report.message}"
         if step.retry:
             text += f"; {step.retry}"
-        await self.kube.node_event(
-            node, reason, "Normal" if step.succeeded else "Warning", text, self.s.namespace
-        )
+        await self.kube.node_event(node, reason, "Normal" if step.succeeded else "Warning", text)
         self.metrics.actions.labels(job.action, result).inc()
         if job.finished:
             self.metrics.duration.labels(job.action).observe(max(job.finished - job.created, 0))

@@ -226,7 +226,9 @@ class Kube:
         body = {"metadata": {"annotations": annotations}}
         return await self._call("patch_node", self.core.patch_node, node, body)
 
-    async def node_event(self, node: Obj, reason: str, kind: str, message: str, ns: str) -> None:
+    async def node_event(self, node: Obj, reason: str, kind: str, message: str) -> None:
+        """An Event on the node; events of cluster-scoped objects live in ``default``."""
+        ns = "default"
         meta = node["metadata"]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         body = {
