@@ -10,15 +10,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lj_runtimekit_device_plugin.assignment import (
-    ALLOCATED,
+    ALLOCATION,
     ASSIGNMENT,
     BadAssignment,
     PodView,
     candidates,
+    marks,
     parse,
+    with_mark,
 )
 
 CORE = "aliyun.com/gpu-core"
+MEM = "aliyun.com/gpu-memory"
 
 
 def _pod(name: str, at: str, gpu: str, *, node: str = "n1", marked: bool = False) -> PodView:
@@ -30,15 +33,15 @@ def _pod(name: str, at: str, gpu: str, *, node: str = "n1", marked: bool = False
     }
     ann = {ASSIGNMENT: json.dumps(doc)}
     if marked:
-        ann[ALLOCATED] = "2026-12-03T00:00:00Z"
-    return PodView("ns", name, f"uid-{name}", "1", ann, {"main": {CORE: 30}})
+        ann[ALLOCATION] = json.dumps({"containers": {"main": {CORE: ["alloc-1"]}}})
+    return PodView("ns", name, f"uid-{name}", "1", ann, {"main": {CORE: 30, MEM: 8}})
 
 
 def test_two_identical_pods_get_their_own_decisions_oldest_first() -> None:
     pods = [_pod("b", "2026-12-03T00:00:02Z", "gpu-1"), _pod("a", "2026-12-03T00:00:01Z", "gpu-0")]
     first = candidates(pods, "n1", CORE, "gpu-core", units=30)
     assert [c.pod.name for c in first] == ["a", "b"]
-    second = candidates(pods, "n1", CORE, "gpu-core", units=30, claimed=[("uid-a", "main")])
+    second = candidates(pods, "n1", CORE, "gpu-core", units=30, claimed=[("uid-a", "main", CORE)])
     assert [c.shares[0].id for c in second] == ["gpu-1"]
 
 
@@ -50,6 +53,67 @@ def test_marked_other_node_and_mismatched_pods_are_not_candidates() -> None:
     ]
     assert [c.pod.name for c in candidates(pods, "n1", CORE, "gpu-core", units=30)] == ["c"]
     assert candidates(pods, "n1", CORE, "gpu-core", units=20) == []
+
+
+def test_a_container_with_core_and_memory_is_answered_once_per_resource() -> None:
+    pods = [_pod("a", "t1", "gpu-0", marked=True), _pod("b", "t0", "gpu-1")]
+    # a's core call is answered; a is still the (first) candidate for its memory call,
+    # carrying the allocation its core call made, ahead of the older untouched b
+    found = candidates(pods, "n1", MEM, "gpu-memory", units=8)
+    assert [(c.pod.name, c.allocated) for c in found] == [("a", ("alloc-1",)), ("b", ())]
+    assert [c.pod.name for c in candidates(pods, "n1", CORE, "gpu-core", units=30)] == ["b"]
+
+
+def test_this_process_record_stands_in_for_a_stale_pod_view() -> None:
+    pods = [_pod("a", "t1", "gpu-0"), _pod("b", "t0", "gpu-1")]
+    found = candidates(
+        pods,
+        "n1",
+        MEM,
+        "gpu-memory",
+        units=8,
+        claimed=[("uid-a", "main", CORE)],
+        held={("uid-a", "main"): ("alloc-1",)},
+    )
+    assert [(c.pod.name, c.allocated) for c in found] == [("a", ("alloc-1",)), ("b", ())]
+
+
+def test_two_shared_containers_of_one_pod_are_candidates_each() -> None:
+    doc = {
+        "version": "v1",
+        "node": "n1",
+        "assumedAt": "t",
+        "containers": [
+            {"name": "train", "devices": [{"id": "gpu-0", "core": 30}]},
+            {"name": "eval", "devices": [{"id": "gpu-1", "core": 30}]},
+        ],
+    }
+    ann = {
+        ASSIGNMENT: json.dumps(doc),
+        ALLOCATION: json.dumps({"containers": {"train": {CORE: ["alloc-1"]}}}),
+    }
+    pod = PodView("ns", "p", "uid-p", "1", ann, {"train": {CORE: 30}, "eval": {CORE: 30}})
+    found = candidates([pod], "n1", CORE, "gpu-core", units=30)
+    assert [(c.container, c.shares[0].id) for c in found] == [("eval", "gpu-1")]
+
+
+def test_the_mark_grows_per_container_and_resource_and_refuses_a_second_claim() -> None:
+    first = with_mark({}, "t1", "main", CORE, ["alloc-1"])
+    assert first is not None
+    both = with_mark(first, "t2", "main", MEM, ["alloc-1"])
+    assert both is not None
+    assert marks(both) == {"main": {CORE: ("alloc-1",), MEM: ("alloc-1",)}}
+    assert with_mark(both, "t3", "main", CORE, ["alloc-2"]) is None
+    # another process's allocation for the container: ours must not be recorded beside it
+    assert with_mark(first, "t2", "main", MEM, ["alloc-9"]) is None
+    eval_too = with_mark(both, "t3", "eval", CORE, ["alloc-2"])
+    assert eval_too is not None
+    assert set(marks(eval_too)) == {"main", "eval"}
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"containers": ["x"]}'])
+def test_an_unreadable_mark_reads_as_none(text: str) -> None:
+    assert marks({ALLOCATION: text}) == {}
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from kubernetes_asyncio import client, config
 
 from lj_runtimekit_device_plugin.assignment import ALLOCATED, ASSIGNMENT, PodView
 from lj_runtimekit_device_plugin.handshake import SharedHandshake
-from lj_runtimekit_device_plugin.kube import Publisher, mark_pod, node_pods
+from lj_runtimekit_device_plugin.kube import MarkUpdate, Publisher, mark_pod, node_pods
 from lj_runtimekit_device_plugin.nodedevices import GROUP, PLURAL, VERSION
 from lj_runtimekit_device_plugin.podview import pod_view
 from lj_runtimekit_device_plugin.resources import ResourceNames
@@ -110,8 +110,8 @@ async def test_two_identical_shared_pods_started_at_once_get_their_own_decisions
     async def list_pods() -> list[PodView]:
         return [v for p in await node_pods(api, node) if (v := pod_view(p)) is not None]
 
-    async def mark(pod: PodView, ann: dict[str, str]) -> None:
-        await mark_pod(api, pod.namespace, pod.name, pod.resource_version, ann)
+    async def mark(pod: PodView, update: MarkUpdate) -> None:
+        await mark_pod(api, pod.namespace, pod.name, pod.uid, update)
 
     for round_ in range(10):
         names = [f"r{round_}-a", f"r{round_}-b"]

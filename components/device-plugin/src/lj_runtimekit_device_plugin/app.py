@@ -18,7 +18,7 @@ from .handshake import SharedHandshake
 from .health import HealthFollower
 from .httpd import create_app
 from .inventory import Inventory
-from .kube import ApiserverUnavailable, Publisher, api_client, mark_pod, node_pods
+from .kube import ApiserverUnavailable, MarkUpdate, Publisher, api_client, mark_pod, node_pods
 from .kubelet import kubelet_pods
 from .metrics import PluginMetrics
 from .plugins import PluginHost
@@ -99,8 +99,8 @@ def _handshake(s: Settings, client: RuntimeClient, names: ResourceNames, api: An
         pods = await node_pods(api, s.node_name)
         return [v for p in pods if (v := pod_view(p)) is not None]
 
-    async def mark(pod: PodView, annotations: dict[str, str]) -> None:
-        await mark_pod(api, pod.namespace, pod.name, pod.resource_version, annotations)
+    async def mark(pod: PodView, update: MarkUpdate) -> None:
+        await mark_pod(api, pod.namespace, pod.name, pod.uid, update)
 
     if api is None:
         return None

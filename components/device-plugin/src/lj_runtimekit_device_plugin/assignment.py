@@ -1,9 +1,10 @@
 """The shared-GPU handshake of docs/contracts.md, the pure half: parse and choose. No I/O.
 
 The scheduler writes ``lj-runtimekit-scheduler/gpu-assignment`` on the pod; at Allocate for
-``gpu-core``/``gpu-memory`` the plugin picks, among the pods on its node, the oldest unclaimed
-assignment whose container asks exactly the units the kubelet passed. The claim itself (a pod
-patch with a resourceVersion precondition) is the adapter's; this module only decides.
+``gpu-core``/``gpu-memory`` the plugin picks, among the pods on its node, the oldest assignment
+whose container asks exactly the units the kubelet passed and is not yet answered for that
+resource. The claim itself (a pod patch with a resourceVersion precondition) is the adapter's;
+this module only decides and says what the mark becomes.
 """
 
 from __future__ import annotations
@@ -106,6 +107,37 @@ class Candidate:
     container: str
     shares: tuple[Share, ...]
     assumed_at: str
+    allocated: tuple[str, ...] = ()
+    """Runtime allocation ids the container already holds: a container asking both gpu-core
+    and gpu-memory is allocated at the first of its two Allocate calls; the second gets the
+    same allocation (and so the same injection) rather than a second one."""
+
+
+def marks(annotations: Mapping[str, str]) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Container → shared resource → Runtime allocation ids, from the pod's allocation mark.
+
+    A mark that is not the documented JSON reads as no mark; the plugin never writes one.
+    """
+    try:
+        doc = json.loads(annotations.get(ALLOCATION, "{}"))
+    except ValueError:
+        return {}
+    containers = doc.get("containers") if isinstance(doc, dict) else None
+    if not isinstance(containers, dict):
+        return {}
+    out: dict[str, dict[str, tuple[str, ...]]] = {}
+    for name, by_resource in containers.items():
+        if isinstance(by_resource, dict):
+            out[str(name)] = {
+                str(r): tuple(str(i) for i in ids)
+                for r, ids in by_resource.items()
+                if isinstance(ids, list)
+            }
+    return out
+
+
+def _shared(shares: Iterable[Share]) -> tuple[Share, ...]:
+    return tuple(s for s in shares if not s.whole)
 
 
 def candidates(
@@ -115,19 +147,25 @@ def candidates(
     kind: str,
     *,
     units: int,
-    claimed: Iterable[tuple[str, str]] = (),
+    claimed: Iterable[tuple[str, str, str]] = (),
+    held: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
 ) -> list[Candidate]:
-    """Unclaimed (pod uid, container) pairs on ``node`` asking exactly ``units`` of ``resource``.
+    """(pod, container) pairs on ``node`` not yet answered for ``resource``, asking exactly
+    ``units`` of it.
 
-    Oldest ``assumedAt`` first, then by namespace/name so the order is total. Pods already
-    marked allocated, pods whose assignment is malformed, and pairs in ``claimed`` (this
-    process's in-flight claims) are left out.
+    A container already allocated for its other shared resource comes first (the kubelet
+    allocates one container's resources one after another), then oldest ``assumedAt``, then
+    namespace/name, so the order is total. Pairs marked on the pod for ``resource``, malformed
+    assignments, and (pod uid, container, resource) in ``claimed`` (this process's claims) are
+    left out. ``held`` is this process's own record of (pod uid, container) → allocation ids,
+    for when the pod view does not show the mark yet.
     """
     taken = set(claimed)
+    held = held or {}
     out = []
     for pod in pods:
         text = pod.annotations.get(ASSIGNMENT)
-        if text is None or ALLOCATED in pod.annotations:
+        if text is None:
             continue
         try:
             a = parse(text)
@@ -135,21 +173,38 @@ def candidates(
             continue
         if a.node != node:
             continue
+        done = marks(pod.annotations)
         for name, shares in a.containers.items():
-            if (pod.uid, name) in taken:
+            answered = done.get(name, {})
+            if resource in answered or (pod.uid, name, resource) in taken:
                 continue
             if pod.requests.get(name, {}).get(resource) != units:
                 continue
-            if units_asked(shares, kind) != units:
+            if units_asked(shares, kind) != units or not _shared(shares):
                 continue
-            out.append(Candidate(pod, name, shares, a.assumed_at))
-    out.sort(key=lambda c: (c.assumed_at, c.pod.namespace, c.pod.name, c.container))
+            prior = held.get((pod.uid, name)) or next(iter(answered.values()), ())
+            out.append(Candidate(pod, name, _shared(shares), a.assumed_at, prior))
+    out.sort(
+        key=lambda c: (not c.allocated, c.assumed_at, c.pod.namespace, c.pod.name, c.container)
+    )
     return out
 
 
-def allocation_mark(at: str, container: str, allocation_ids: Iterable[str]) -> dict[str, str]:
-    """The annotations that mark a pod allocated (contracts.md)."""
-    return {
-        ALLOCATED: at,
-        ALLOCATION: json.dumps({"containers": {container: list(allocation_ids)}}),
-    }
+def with_mark(
+    annotations: Mapping[str, str],
+    at: str,
+    container: str,
+    resource: str,
+    allocation_ids: Iterable[str],
+) -> dict[str, str] | None:
+    """The annotations to patch so the pod records ``container`` answered for ``resource``
+    with ``allocation_ids`` (contracts.md); None when the pod's current mark already has it
+    or holds other allocations for that container (someone else claimed it)."""
+    done = marks(annotations)
+    ids = tuple(allocation_ids)
+    mine = done.get(container, {})
+    if resource in mine or any(v != ids for v in mine.values()):
+        return None
+    done[container] = {**mine, resource: ids}
+    doc = {"containers": {c: {r: list(v) for r, v in rs.items()} for c, rs in done.items()}}
+    return {ALLOCATED: at, ALLOCATION: json.dumps(doc, sort_keys=True)}

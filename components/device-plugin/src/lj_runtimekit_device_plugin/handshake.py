@@ -1,33 +1,57 @@
 """The shared-GPU handshake at Allocate (docs/contracts.md), with its I/O.
 
-Race-free without a node lock: candidates are chosen by :func:`assignment.candidates`; a pair
-(pod, container) is claimed in this process before any await (asyncio runs one claim at a
-time), and the pod mark is written with the pod's resourceVersion, so a second replica or a
-stale read loses with 409 and moves on to the next candidate.
+Race-free without a node lock: candidates are chosen by :func:`assignment.candidates`; a
+(pod, container, resource) is claimed in this process before any await (asyncio runs one claim
+at a time), and the pod mark is written from a fresh read with its resourceVersion, so a second
+replica or a stale pod view loses with 409 and moves on to the next candidate.
+
+A container asking both ``gpu-core`` and ``gpu-memory`` gets two Allocate calls from the kubelet,
+one per resource. The first allocates its whole share (core and memory) in the Runtime; the
+second is answered with that same allocation, so both carry one identical injection and the
+kubelet's first-wins merge of environments never sees two values for one key.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import structlog
 
-from .assignment import Candidate, PodView, allocation_mark, candidates
+from .assignment import Candidate, PodView, candidates, with_mark
 from .errors import PermanentError
-from .kube import Conflict
-from .model import GIB, Injection
+from .kube import Conflict, MarkUpdate
+from .model import GIB, Allocation, Injection
 from .resources import ResourceNames
-from .runtime import RuntimeClient, release
+from .runtime import RuntimeClient, allocations, release
 
 log = structlog.get_logger(__name__)
 
 PodLister = Callable[[], Awaitable[list[PodView]]]
-PodMarker = Callable[[PodView, dict[str, str]], Awaitable[None]]
+PodMarker = Callable[[PodView, MarkUpdate], Awaitable[None]]
 
 
 class NoDecision(PermanentError):
-    """No pod on this node carries an unclaimed decision for this request."""
+    """No pod on this node carries an unanswered decision for this request."""
+
+
+def merged(allocs: Sequence[Allocation]) -> Injection:
+    """One container's injection from the Runtime allocations of its devices."""
+    envs: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    nodes: list[tuple[str, str, str]] = []
+    mounts: list[tuple[str, str, bool]] = []
+    for a in allocs:
+        envs.update(a.injection.envs)
+        annotations.update(a.injection.annotations)
+        nodes += [n for n in a.injection.device_nodes if n not in nodes]
+        mounts += [m for m in a.injection.mounts if m not in mounts]
+    return Injection(
+        tuple(sorted(envs.items())),
+        tuple(sorted(annotations.items())),
+        tuple(nodes),
+        tuple(mounts),
+    )
 
 
 class SharedHandshake:
@@ -44,79 +68,108 @@ class SharedHandshake:
         self.node = node
         self.list_pods = list_pods
         self.mark_pod = mark_pod
-        self._claimed: set[tuple[str, str]] = set()
+        self._claimed: set[tuple[str, str, str]] = set()
+        """(pod uid, container, resource) answered or being answered by this process."""
+        self._held: dict[tuple[str, str], tuple[str, ...]] = {}
+        """(pod uid, container) → its Runtime allocation ids, once answered here."""
+        self._injections: dict[tuple[str, ...], Injection] = {}
 
     def _kind(self, resource: str) -> str:
         return "gpu-core" if resource == self.names.gpu_core else "gpu-memory"
+
+    def _forget_gone(self, pods: Sequence[PodView]) -> None:
+        live = {p.uid for p in pods}
+        self._claimed = {k for k in self._claimed if k[0] in live}
+        for key in [k for k in self._held if k[0] not in live]:
+            self._injections.pop(self._held.pop(key), None)
 
     async def allocate(self, resource: str, units: Sequence[str]) -> Injection:
         kind = self._kind(resource)
         for _ in range(5):
             pods = await self.list_pods()
+            self._forget_gone(pods)
             found = candidates(
-                pods, self.node, resource, kind, units=len(units), claimed=self._claimed
+                pods,
+                self.node,
+                resource,
+                kind,
+                units=len(units),
+                claimed=self._claimed,
+                held=self._held,
             )
             if not found:
                 break
             c = found[0]
-            key = (c.pod.uid, c.container)
+            key = (c.pod.uid, c.container, resource)
             self._claimed.add(key)  # before any await: no other Allocate here takes it
             try:
                 return await self._claim(resource, c)
             except Conflict as e:
-                # the pod changed (maybe claimed elsewhere): read again, the mark filters it
+                # claimed elsewhere or changed: read again, the mark filters it
                 log.info("pod_claim_lost", pod=f"{c.pod.namespace}/{c.pod.name}", error=str(e))
                 self._claimed.discard(key)
             except BaseException:
                 self._claimed.discard(key)
                 raise
         raise NoDecision(
-            f"{resource}: no pod on node {self.node} has an unclaimed "
+            f"{resource}: no pod on node {self.node} has an unanswered "
             f"lj-runtimekit-scheduler/gpu-assignment for {len(units)} units; was the pod "
             "scheduled by lj-runtimekit-scheduler?"
         )
 
     async def _claim(self, resource: str, c: Candidate) -> Injection:
-        kind = self._kind(resource)
         pod = (c.pod.namespace, c.pod.name, c.pod.uid)
-        allocs = []
+        fresh: list[Allocation] = []
         try:
-            for share in c.shares:
-                allocs.append(
-                    await self.client.allocate(
-                        pod=pod,
-                        container=c.container,
-                        resource=resource,
-                        device_ids=[share.id],
-                        core_percent=share.core if kind == "gpu-core" else 0,
-                        memory_bytes=share.memory_gib * GIB if kind == "gpu-memory" else 0,
+            if c.allocated:
+                ids = c.allocated
+                injection = await self._injection_of(ids)
+            else:
+                for share in c.shares:
+                    fresh.append(
+                        await self.client.allocate(
+                            pod=pod,
+                            container=c.container,
+                            resource=resource,
+                            device_ids=[share.id],
+                            core_percent=share.core,
+                            memory_bytes=share.memory_gib * GIB,
+                        )
                     )
-                )
+                ids = tuple(a.id for a in fresh)
+                injection = merged(fresh)
             at = dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
-            await self.mark_pod(c.pod, allocation_mark(at, c.container, [a.id for a in allocs]))
+
+            def update(annotations: Mapping[str, str]) -> dict[str, str] | None:
+                return with_mark(annotations, at, c.container, resource, ids)
+
+            await self.mark_pod(c.pod, update)
         except BaseException:
-            for a in allocs:
+            for a in fresh:
                 await release(self.client, a.id)
             raise
+        self._held[(c.pod.uid, c.container)] = ids
+        self._injections[ids] = injection
         log.info(
             "shared_allocated",
             pod=f"{c.pod.namespace}/{c.pod.name}",
             container=c.container,
             devices=[s.id for s in c.shares],
             resource=resource,
+            allocations=list(ids),
+            reused=bool(c.allocated),
         )
-        envs: dict[str, str] = {}
-        annotations: dict[str, str] = {}
-        nodes: list[tuple[str, str, str]] = []
-        mounts: list[tuple[str, str, bool]] = []
-        for a in allocs:
-            envs.update(a.injection.envs)
-            annotations.update(a.injection.annotations)
-            nodes += [n for n in a.injection.device_nodes if n not in nodes]
-            mounts += [m for m in a.injection.mounts if m not in mounts]
-        return Injection(
-            tuple(sorted(envs.items())),
-            tuple(sorted(annotations.items())),
-            tuple(nodes),
-            tuple(mounts),
-        )
+        return injection
+
+    async def _injection_of(self, ids: tuple[str, ...]) -> Injection:
+        known = self._injections.get(ids)
+        if known is not None:
+            return known
+        live = {a.id: a for a in await allocations(self.client)}
+        missing = [i for i in ids if i not in live]
+        if missing:
+            raise PermanentError(
+                f"the container's Runtime allocations {missing} are gone (released by a "
+                "Runtime restart?); delete the pod so it is scheduled and allocated afresh"
+            )
+        return merged([live[i] for i in ids])

@@ -1,13 +1,15 @@
 """The only module that talks to the apiserver: NodeDevices, node labels, pod marks.
 
 Writes happen on change only: the publisher remembers what it last wrote and sends nothing when
-the new body is equal (never a timer). Pod marks carry the pod's resourceVersion, so two claims
-of one pod can never both succeed (the apiserver answers 409 to the second).
+the new body is equal (never a timer). Pod marks are written from a fresh read with its
+resourceVersion, so two claims of one request can never both succeed (the apiserver answers 409
+to the second, which then sees the first's mark).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -117,27 +119,50 @@ class Publisher:
                 raise
 
 
+MarkUpdate = Callable[[Mapping[str, str]], dict[str, str] | None]
+
+
 async def mark_pod(
-    api: client.ApiClient,
-    namespace: str,
-    name: str,
-    resource_version: str,
-    annotations: dict[str, str],
+    api: client.ApiClient, namespace: str, name: str, uid: str, update: MarkUpdate
 ) -> None:
-    """Annotate a pod only if it is still at ``resource_version``; :class:`Conflict` if not."""
+    """Annotate a pod from a fresh read, with that read's resourceVersion as a precondition.
+
+    ``update`` gets the pod's current annotations and returns the ones to patch, or None when
+    the pod is already claimed. :class:`Conflict` when it is claimed, gone or replaced (another
+    uid), or keeps changing under us; the caller then releases what it allocated.
+    """
     core = client.CoreV1Api(api)
-    body = {"metadata": {"resourceVersion": resource_version, "annotations": annotations}}
-    try:
-        await core.patch_namespaced_pod(
-            name,
-            namespace,
-            body,
-            _content_type=MERGE,  # type: ignore[call-arg]
-        )
-    except ApiException as e:
-        if e.status == 409:
-            raise Conflict(f"pod {namespace}/{name} changed since {resource_version}") from e
-        raise ApiserverUnavailable(f"marking pod {namespace}/{name}: {e.status} {e.reason}") from e
+    for _ in range(3):
+        try:
+            pod = await core.read_namespaced_pod(name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                raise Conflict(f"pod {namespace}/{name} is gone") from e
+            raise ApiserverUnavailable(
+                f"reading pod {namespace}/{name}: {e.status} {e.reason}"
+            ) from e
+        if pod.metadata.uid != uid:
+            raise Conflict(f"pod {namespace}/{name} was replaced (uid {pod.metadata.uid})")
+        patch = update(pod.metadata.annotations or {})
+        if patch is None:
+            raise Conflict(f"pod {namespace}/{name} is already claimed for this request")
+        body = {
+            "metadata": {"resourceVersion": pod.metadata.resource_version, "annotations": patch}
+        }
+        try:
+            await core.patch_namespaced_pod(
+                name,
+                namespace,
+                body,
+                _content_type=MERGE,  # type: ignore[call-arg]
+            )
+            return
+        except ApiException as e:
+            if e.status != 409:
+                raise ApiserverUnavailable(
+                    f"marking pod {namespace}/{name}: {e.status} {e.reason}"
+                ) from e
+    raise Conflict(f"pod {namespace}/{name} kept changing while being marked")
 
 
 async def node_pods(api: client.ApiClient, node: str) -> list[dict[str, Any]]:

@@ -233,12 +233,17 @@ async def release(client: RuntimeClient, allocation_id: str) -> int:
     return int(r.released)
 
 
-async def allocation_ids(client: RuntimeClient) -> list[str]:
-    """Ids of every live allocation on the node."""
+async def allocations(client: RuntimeClient) -> list[Allocation]:
+    """Every live allocation on the node."""
     try:
         r = await client._stub.ListAllocations(
             device_pb2.ListAllocationsRequest(), timeout=client.timeout
         )
     except grpc.aio.AioRpcError as e:
         raise client._unavailable("ListAllocations", e) from e
-    return [a.id for a in r.allocations]
+    return [allocation_from_proto(a) for a in r.allocations]
+
+
+async def allocation_ids(client: RuntimeClient) -> list[str]:
+    """Ids of every live allocation on the node."""
+    return [a.id for a in await allocations(client)]

@@ -1,0 +1,142 @@
+"""Shared pods started by the emulated kubelet on a KWOK node, with the whole daemon running.
+
+The kubelet calls Allocate once per (container, resource): a container asking both gpu-core and
+gpu-memory gets two calls, a pod with two shared containers gets one call per container. Each
+container must get exactly its own decision, one Runtime allocation, and the same injection from
+both of its calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from kubernetes import client
+
+from lj_runtimekit_device_plugin.app import serve
+from lj_runtimekit_device_plugin.assignment import ASSIGNMENT, marks
+from lj_runtimekit_device_plugin.model import GIB
+from lj_runtimekit_device_plugin.settings import load
+
+pytestmark = pytest.mark.cluster
+
+CORE = "aliyun.com/gpu-core"
+MEM = "aliyun.com/gpu-memory"
+
+
+@pytest_asyncio.fixture(params=["apiserver", "kubelet"])
+async def plugin(request: Any, cluster: Any, emulated_gpu_node: Any) -> AsyncIterator[Any]:
+    node = emulated_gpu_node
+    s = load(
+        [
+            "--socket-dir",
+            str(node.simulator.socket_dir),
+            "--plugin-dir",
+            node.plugin_dir,
+            "--port",
+            "0",
+            "--node-name",
+            node.name,
+            "--kubeconfig",
+            cluster.kubeconfig,
+            "--pods-source",
+            request.param,
+            "--kubelet-pods-url",
+            node.emulator.pods_url,
+        ],
+        {},
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(s, stop))
+    try:
+        await _until(lambda: {CORE, MEM} <= set(node.emulator.endpoints), within_s=20)
+        yield node
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def _until(cond: Any, within_s: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+def _pod(name: str, node: str, at: str, containers: dict[str, tuple[str, int, int]]) -> Any:
+    """``containers``: name → (device, core, memory GiB); a zero asks none of that resource."""
+    assignment = {
+        "version": "v1",
+        "node": node,
+        "assumedAt": at,
+        "containers": [
+            {"name": c, "devices": [{"id": d, "core": core, "memoryGiB": mem}]}
+            for c, (d, core, mem) in containers.items()
+        ],
+    }
+    specs = []
+    for c, (_, core, mem) in containers.items():
+        limits = {**({CORE: str(core)} if core else {}), **({MEM: str(mem)} if mem else {})}
+        specs.append({"name": c, "image": "busybox", "resources": {"limits": limits}})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {ASSIGNMENT: json.dumps(assignment)}},
+        "spec": {"nodeName": node, "containers": specs, "tolerations": [{"operator": "Exists"}]},
+    }
+
+
+def _envs(response: Any) -> dict[str, str]:
+    return dict(response.envs)
+
+
+async def test_core_and_memory_containers_and_two_container_pods_get_their_own_decisions(
+    cluster: Any, namespace: str, plugin: Any
+) -> None:
+    node = plugin
+    wanted = {
+        # two identical pods asking core and memory in one container
+        "both-a": {"main": ("gpu-2", 30, 8)},
+        "both-b": {"main": ("gpu-3", 30, 8)},
+        # two shared containers in one pod, one asking core, the other memory
+        "pair": {"train": ("gpu-4", 20, 0), "eval": ("gpu-5", 0, 10)},
+    }
+    with cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        for k, (name, containers) in enumerate(wanted.items()):
+            core.create_namespaced_pod(
+                namespace, _pod(name, node.name, f"2026-12-03T00:00:0{k}Z", containers)
+            )
+        calls = sum(
+            (core_ > 0) + (mem > 0) for cs in wanted.values() for (_, core_, mem) in cs.values()
+        )
+        emu = node.emulator
+        await _until(lambda: len([r for r in emu.allocations if r.pod_uid]) >= calls)
+        records = [r for r in emu.allocations if r.pod_uid]
+        assert len(records) == calls
+        live = node.simulator.allocations()
+        for name, containers in wanted.items():
+            meta: Any = core.read_namespaced_pod(name, namespace).metadata
+            mark = marks(meta.annotations)
+            for container, (device, core_, mem) in containers.items():
+                mine = [r for r in records if r.pod == f"{namespace}/{name}"]
+                mine = [r for r in mine if r.container == container]
+                envs = [_envs(r.response) for r in mine]
+                # every call of the container answered with its own device and one allocation
+                assert all(e["LJ_VISIBLE_DEVICES"] == device for e in envs), (name, envs)
+                assert len({e["LJ_ALLOCATION_ID"] for e in envs}) == 1
+                assert all(e == envs[0] for e in envs)
+                assert envs[0]["LJ_GPU_CORE_PERCENT"] == str(core_)
+                assert envs[0]["LJ_GPU_MEMORY_LIMIT_BYTES"] == str(mem * GIB)
+                held = [a for a in live if a.pod.uid == meta.uid]
+                held = [a for a in held if a.container == container]
+                assert [a.device_ids for a in held] == [(device,)]
+                assert (held[0].core_percent, held[0].memory_bytes) == (core_, mem * GIB)
+                resources = {CORE} if not mem else {MEM} if not core_ else {CORE, MEM}
+                assert set(mark[container]) == resources
+                assert set(mark[container].values()) == {(held[0].id,)}
+        assert len(live) == sum(len(cs) for cs in wanted.values())
