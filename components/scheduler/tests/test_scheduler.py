@@ -19,11 +19,9 @@ class Edge:
         self.annotations: dict[str, dict[str, str]] = {}
         self.events: list[tuple[str, str, str]] = []
 
-    async def annotate(self, pod: Pod, annotations: dict[str, str]) -> None:
-        self.annotations[pod.name] = annotations
-
-    async def bind(self, pod: Pod, node: str) -> None:
+    async def bind(self, pod: Pod, node: str, annotations: dict[str, str]) -> None:
         self.bound[pod.name] = node
+        self.annotations[pod.name] = dict(annotations)
 
     def event(self, pod: Pod, kind: str, reason: str, message: str) -> None:
         self.events.append((pod.name, reason, message))

@@ -1,5 +1,5 @@
 """The scheduling cycle in the shape of the Kubernetes Scheduler Framework. No I/O here:
-binding and annotation writes go through the :class:`Binder` the app provides."""
+binding writes go through the :class:`Binder` the app provides."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ class CycleState:
     """Scratch space of one pod's cycle, shared by its plugins (keyed by plugin NAME)."""
 
     data: dict[str, Any] = field(default_factory=dict)
+    binding_annotations: dict[str, str] = field(default_factory=dict)
+    """Annotations PreBind plugins want on the pod; the apiserver copies a Binding's annotations
+    onto the pod it binds, so they land in the bind request itself: one write per pod, and the
+    pod is never seen bound without them."""
 
 
 @dataclass(frozen=True)
@@ -109,11 +113,9 @@ class BindPlugin(Protocol):
 
 
 class Binder(Protocol):
-    """The apiserver writes the cycle needs (implemented in ``kube.py``)."""
+    """The apiserver write the cycle needs (implemented in ``kube.py``)."""
 
-    async def annotate(self, pod: Pod, annotations: dict[str, str]) -> None: ...
-
-    async def bind(self, pod: Pod, node: str) -> None: ...
+    async def bind(self, pod: Pod, node: str, annotations: dict[str, str]) -> None: ...
 
 
 def normalize_max(scores: dict[str, int]) -> dict[str, int]:

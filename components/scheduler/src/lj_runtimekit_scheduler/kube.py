@@ -177,23 +177,16 @@ class Kube:
             resp.release()
 
     # -- writes of the cycle (framework.Binder)
-    async def annotate(self, pod: Pod, annotations: dict[str, str]) -> None:
-        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
-        body = {"metadata": {"uid": pod.uid, "annotations": annotations}}
-        await self._call(
-            "PATCH",
-            path,
-            f"annotate pod {pod.key}",
-            body,
-            content_type="application/merge-patch+json",
-        )
-
-    async def bind(self, pod: Pod, node: str) -> None:
+    async def bind(self, pod: Pod, node: str, annotations: dict[str, str]) -> None:
+        """POST the Binding; the apiserver sets its annotations on the pod in the same write."""
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
+        meta: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+        if annotations:
+            meta["annotations"] = annotations
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         await self._call("POST", path, f"bind pod {pod.key} to {node}", body)

@@ -1,4 +1,4 @@
-"""DefaultBinder: the Binding subresource of the pod."""
+"""DefaultBinder: the Binding subresource of the pod, carrying the PreBind annotations."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ class DefaultBinder:
     NAME = NAME
 
     async def bind(self, cs: CycleState, pod: Pod, node: str, binder: Binder) -> Status:
-        await binder.bind(pod, node)
+        await binder.bind(pod, node, cs.binding_annotations)
         return OK
 
 

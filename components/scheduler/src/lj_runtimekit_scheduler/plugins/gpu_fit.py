@@ -88,8 +88,10 @@ class GpuFit:
         choice = self.chosen(cs, node)
         if choice is None:
             return OK
-        value = assignment(pod, node, choice, datetime.now(UTC))
-        await binder.annotate(pod, {ASSIGNMENT_ANNOTATION: value})
+        # written by the Binding itself (CycleState.binding_annotations)
+        cs.binding_annotations[ASSIGNMENT_ANNOTATION] = assignment(
+            pod, node, choice, datetime.now(UTC)
+        )
         return OK
 
 
