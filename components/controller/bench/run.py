@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import threading
 import time
+from typing import Any
 from pathlib import Path
 
 from kubernetes import client, watch
@@ -25,8 +26,14 @@ from lj_runtimekit_testkit.cluster.handle import Cluster
 from lj_runtimekit_testkit.cluster.launcher import ControlPlane
 
 
+def _finished(job: Any) -> bool:
+    conditions = (job.status.conditions if job.status else None) or []
+    return any(c.type in ("Complete", "Failed") and c.status == "True" for c in conditions)
+
+
 class Peak:
-    """Peak number of agent Jobs alive at once, from a watch in a thread."""
+    """Peak number of agent Jobs running at once (created, not yet Complete or Failed; what the
+    controller's limit counts), from a watch in a thread."""
 
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.api, self.namespace = api, namespace
@@ -41,11 +48,12 @@ class Peak:
             for ev in w.stream(  # type: ignore[no-untyped-call]
                 batch.list_namespaced_job, self.namespace, timeout_seconds=2
             ):
-                name = ev["object"].metadata.name
-                if ev["type"] == "ADDED":
-                    self.live.add(name)
-                elif ev["type"] == "DELETED":
+                job = ev["object"]
+                name = job.metadata.name
+                if ev["type"] == "DELETED" or _finished(job):
                     self.live.discard(name)
+                else:
+                    self.live.add(name)
                 self.peak = max(self.peak, len(self.live))
 
 
@@ -101,7 +109,7 @@ async def measure(cluster: Cluster, n: int) -> list[Figure]:
     return [
         Figure(f"time to enable {n} labelled nodes", elapsed, "s"),
         Figure(f"nodes enabled per second ({n} nodes)", n / elapsed, "1/s"),
-        Figure(f"peak concurrent agent Jobs (limit {settings.max_active_jobs})", peak.peak, "jobs"),
+        Figure(f"peak running agent Jobs (limit {settings.max_active_jobs})", peak.peak, "jobs"),
         Figure("apiserver requests per action", requests / n, "req"),
     ]
 

@@ -1,9 +1,11 @@
 """Throughput and latency of lj-runtimekit-scheduler against kube-scheduler, same cluster.
 
-One local control plane (the harness's, with kube-scheduler at its default client QPS 50 /
-burst 100) and KWOK GPU nodes in two equal pools, one per scheduler, so neither sees the
-other's pods as competition for the same GPUs. Each phase creates the same pods for both
-(pinned to their pool by nodeSelector) and times create → bound from a watch.
+For each client setting (QPS/burst, given to both schedulers: kube-scheduler through its
+KubeSchedulerConfiguration, ours through --qps/--burst) one local control plane with KWOK GPU
+nodes. Each phase creates the same pods, first for kube-scheduler, then (once those are deleted)
+for ours, on the same nodes, and times create → bound from a watch: single-GPU pods, mixed
+shared/whole pods, then gangs (pod-group annotations; kube-scheduler, which has no gangs, places
+the same pods one by one).
 
     .venv/bin/python components/scheduler/bench/run.py --out build/bench [--nodes 1000]
 """
@@ -34,6 +36,9 @@ from lj_runtimekit_testkit.cluster.launcher import ControlPlane
 ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "deploy" / "crds" / "nodedevices.lj-runtimekit.aliyun.com.yaml"
 OURS, THEIRS = "lj-runtimekit-scheduler", "default-scheduler"
+POOL = "bench"
+GROUP = "lj-runtimekit-scheduler/pod-group"
+GROUP_SIZE = "lj-runtimekit-scheduler/pod-group-size"
 
 
 class BoundWatch:
@@ -115,11 +120,16 @@ def make_nodes(cluster: Cluster, n: int, pool: str) -> list[str]:
     return names
 
 
-def pod_body(name: str, scheduler: str, pool: str, limits: dict[str, str]) -> dict[str, Any]:
+Shape = tuple[dict[str, str], dict[str, str]]
+"""(resource limits, annotations) of one pod."""
+
+
+def pod_body(name: str, scheduler: str, pool: str, shape: Shape) -> dict[str, Any]:
+    limits, annotations = shape
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "annotations": annotations},
         "spec": {
             "schedulerName": scheduler,
             "restartPolicy": "Never",
@@ -137,7 +147,7 @@ def pod_body(name: str, scheduler: str, pool: str, limits: dict[str, str]) -> di
 
 
 def phase(
-    cluster: Cluster, scheduler: str, pool: str, shapes: list[dict[str, str]], deadline_s: float
+    cluster: Cluster, scheduler: str, pool: str, shapes: list[Shape], deadline_s: float
 ) -> dict[str, float]:
     """Create one pod per shape; returns pods/s, p50/p99 latency (s) and the bound count."""
     ns = f"bench-{uuid.uuid4().hex[:6]}"
@@ -184,22 +194,31 @@ def phase(
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--out", type=Path, required=True, help="folder of <component>.json")
-    ap.add_argument("--nodes", type=int, default=1000, help="KWOK nodes per scheduler pool")
-    ap.add_argument("--pods", type=int, default=8000, help="single-GPU pods per scheduler")
-    ap.add_argument("--mixed", type=int, default=1000, help="mixed shared/whole pods")
-    ap.add_argument("--qps", type=float, default=50, help="our client QPS (kube-scheduler: 50)")
-    ap.add_argument("--burst", type=int, default=100, help="our client burst (theirs: 100)")
-    ap.add_argument("--deadline", type=float, default=900, help="seconds per phase at most")
-    args = ap.parse_args()
+def shapes(args: argparse.Namespace) -> dict[str, list[Shape]]:
+    gang = {"aliyun.com/gpu": "8"}
+    return {
+        "single-GPU": [({"aliyun.com/gpu": "1"}, {})] * args.pods,
+        "mixed": [
+            ({"aliyun.com/gpu": "2"}, {})
+            if i % 2
+            else ({"aliyun.com/gpu-core": "25", "aliyun.com/gpu-memory": "10"}, {})
+            for i in range(args.mixed)
+        ],
+        f"gang ({args.gangs}x{args.gang_size}, 8 GPUs each)": [
+            (gang, {GROUP: f"gang-{g}", GROUP_SIZE: str(args.gang_size)})
+            for g in range(args.gangs)
+            for _ in range(args.gang_size)
+        ],
+    }
+
+
+def run(args: argparse.Namespace, qps: float, burst: int) -> list[Figure]:
+    """One control plane whose two schedulers both use client ``qps``/``burst``."""
     work = Path(tempfile.mkdtemp(prefix="lj-sched-bench-"))
-    cp = ControlPlane(work_dir=work)
+    cp = ControlPlane(work_dir=work, scheduler_client=(qps, burst))
     cp.start()
     ours: subprocess.Popen[bytes] | None = None
+    client_label = f"client {qps:g}/{burst}"
     try:
         cluster = Cluster.from_control_plane(cp)
         with cluster.api_client() as api:
@@ -207,8 +226,7 @@ def main() -> int:
                 yaml.safe_load(CRD.read_text())
             )
         time.sleep(2)
-        for pool in ("kube", "ours"):
-            make_nodes(cluster, args.nodes, pool)
+        make_nodes(cluster, args.nodes, POOL)
         ours = subprocess.Popen(
             [
                 sys.executable,
@@ -222,29 +240,21 @@ def main() -> int:
                 "--log-level",
                 "warning",
                 "--qps",
-                str(args.qps),
+                str(qps),
                 "--burst",
-                str(args.burst),
+                str(burst),
             ],
             stderr=open(work / "ours.log", "wb"),  # noqa: SIM115
         )
         time.sleep(5)
         theirs_pid = next(p.pid for p in cp.processes if p.name == "kube-scheduler")
-        single = [{"aliyun.com/gpu": "1"}] * args.pods
-        mixed = [
-            {"aliyun.com/gpu": "2"}
-            if i % 2
-            else {"aliyun.com/gpu-core": "25", "aliyun.com/gpu-memory": "10"}
-            for i in range(args.mixed)
-        ]
-        results: dict[str, dict[str, float]] = {}
-        for label, shapes in (("single-GPU", single), ("mixed", mixed)):
-            results[f"{label} theirs"] = phase(cluster, THEIRS, "kube", shapes, args.deadline)
-            results[f"{label} ours"] = phase(cluster, OURS, "ours", shapes, args.deadline)
         figures = []
-        for label, n in (("single-GPU", args.pods), ("mixed", args.mixed)):
-            o, t = results[f"{label} ours"], results[f"{label} theirs"]
-            where = f"{n} {label} pods, {args.nodes} nodes"
+        results: dict[str, dict[str, float]] = {}
+        for label, pods in shapes(args).items():
+            t = phase(cluster, THEIRS, POOL, pods, args.deadline)
+            o = phase(cluster, OURS, POOL, pods, args.deadline)
+            results[f"{label} theirs"], results[f"{label} ours"] = t, o
+            where = f"{len(pods)} {label} pods, {args.nodes} nodes, {client_label}"
             figures += [
                 Figure(
                     f"pods/s, {where}", o["pods_per_s"], "pods/s", t["pods_per_s"], "kube-scheduler"
@@ -255,23 +265,48 @@ def main() -> int:
             ]
         figures.append(
             Figure(
-                "peak RSS",
+                f"peak RSS, {client_label}",
                 rss_peak_mib(ours.pid),
                 "MiB",
                 rss_peak_mib(theirs_pid),
                 "kube-scheduler",
             )
         )
-        path = write(args.out, "scheduler", figures)
-        print(json.dumps(results, indent=1))
-        print(f"wrote {path}")
-        return 0
+        print(json.dumps(results, indent=1), flush=True)
+        return figures
     finally:
         if ours is not None:
             ours.terminate()
             ours.wait(10)
         cp.stop()
         os.sync()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--out", type=Path, required=True, help="folder of <component>.json")
+    ap.add_argument("--nodes", type=int, default=1000, help="KWOK nodes, 8 GPUs each")
+    ap.add_argument("--pods", type=int, default=8000, help="single-GPU pods")
+    ap.add_argument("--mixed", type=int, default=1000, help="mixed shared/whole pods")
+    ap.add_argument("--gangs", type=int, default=20, help="gangs")
+    ap.add_argument("--gang-size", type=int, default=32, help="pods per gang")
+    ap.add_argument(
+        "--clients",
+        default="50/100,5000/5000",
+        help="client QPS/burst settings, comma-separated; each gets its own control plane "
+        "(kube-scheduler's defaults are 50/100)",
+    )
+    ap.add_argument("--deadline", type=float, default=900, help="seconds per phase at most")
+    args = ap.parse_args()
+    figures = []
+    for setting in args.clients.split(","):
+        qps, burst = setting.split("/")
+        figures += run(args, float(qps), int(burst))
+    path = write(args.out, "scheduler", figures)
+    print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -78,6 +78,9 @@ class ControlPlane:
     start_deadline_s: float = 90.0
     processes: list[BinaryProcess] = field(default_factory=list)
     apiserver_port: int = 0
+    scheduler_client: tuple[float, int] | None = None
+    """kube-scheduler's client (QPS, burst), written to its KubeSchedulerConfiguration; None
+    keeps its defaults (50, 100)."""
     kubeconfig: Path = field(init=False)
     logs_dir: Path = field(init=False)
     pki: Pki = field(init=False)
@@ -220,11 +223,23 @@ class ControlPlane:
                 "--concurrent-job-syncs=20",
             ],
         )
+        sched_config: list[str] = []
+        if self.scheduler_client is not None:
+            qps, burst = self.scheduler_client
+            config = self.work_dir / "kube-scheduler-config.yaml"
+            config.write_text(
+                "apiVersion: kubescheduler.config.k8s.io/v1\n"
+                "kind: KubeSchedulerConfiguration\n"
+                "leaderElection: {leaderElect: false}\n"
+                f"clientConnection: {{kubeconfig: {kubeconfig}, qps: {qps}, burst: {burst}}}\n"
+            )
+            sched_config = [f"--config={config}"]
         self._spawn(
             "kube-scheduler",
             [
                 str(bins / "kube-scheduler"),
                 *common,
+                *sched_config,
                 f"--secure-port={sched_port}",
                 f"--cert-dir={self.work_dir / 'scheduler-certs'}",
             ],
