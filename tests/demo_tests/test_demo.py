@@ -41,6 +41,7 @@ def test_demo_once_places_every_workload_and_exits_zero(work_dir: Path) -> None:
     out = run.stdout
     assert run.returncode == 0, f"demo failed:\n{out}\n{run.stderr[-3000:]}"
     assert "DEMO OK" in out
+    assert "Allocate answered for every accelerator resource of every workload" in out
     table = out.split("workload ", 1)[1]
     for name in ("train-4gpu", "infer-shared-a", "infer-shared-b", "ppu-job", "gang-0"):
         (row,) = [ln for ln in table.splitlines() if ln.startswith(name + " ")]

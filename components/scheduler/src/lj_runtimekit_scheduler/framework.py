@@ -31,9 +31,13 @@ class Status:
     reason: str = ""
     unresolvable: bool = False
     """No change in the cluster would help (e.g. an unsupported feature)."""
+    skip: bool = False
+    """From PreFilter: this plugin's Filter has nothing to check for this pod (kube-scheduler's
+    Skip status); the cycle does not call it on any node."""
 
 
 OK = Status()
+SKIP = Status(skip=True)
 
 
 def fail(reason: str, unresolvable: bool = False) -> Status:
@@ -167,12 +171,16 @@ class Profile:
         self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None = None
     ) -> Result:
         """PreFilter → Filter → (PostFilter) → PreScore → Score/Normalize: the best node."""
+        skipped: set[str] = set()
         for p in self.pre_filter:
             t0 = time.perf_counter()
             st = p.pre_filter(cs, pod)
             self._timed("PreFilter", p.NAME, t0)
             if not st.ok:
                 return Result(None, {"*": f"{p.NAME}: {st.reason}"}, st.unresolvable)
+            if st.skip:
+                skipped.add(p.NAME)
+        filters = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
         feasible: list[NodeInfo] = []
         reasons: dict[str, str] = {}
         t0 = time.perf_counter()
@@ -187,7 +195,7 @@ class Profile:
         for i in range(len(infos)):
             info = infos[(start + i) % len(infos)]
             seen += 1
-            for f in self.filter:
+            for f in filters:
                 st = f.filter(cs, pod, info)
                 if not st.ok:
                     reasons[info.node.name] = f"{f.NAME}: {st.reason}"

@@ -9,7 +9,7 @@ a joint placement is found and assumed in one step, so competing gangs cannot de
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import POD_GROUP_ANNOTATION, POD_GROUP_SIZE_ANNOTATION, Pod
@@ -51,7 +51,7 @@ def gang_of(pod: Pod) -> GangId | None:
 
 
 def domains(
-    node_labels: dict[str, dict[str, str]], levels: Sequence[str], required: str | None
+    node_labels: Mapping[str, Mapping[str, str]], levels: Sequence[str], required: str | None
 ) -> list[list[str]]:
     """Candidate node sets, smallest topology level first, then the whole cluster.
 

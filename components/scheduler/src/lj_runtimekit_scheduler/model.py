@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 GPU = "aliyun.com/gpu"
 GPU_CORE = "aliyun.com/gpu-core"
@@ -118,11 +120,19 @@ class Pod:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @cached_property
+    def _labels(self) -> Mapping[str, str]:
+        return dict(self.labels)
+
+    @cached_property
+    def _annotations(self) -> Mapping[str, str]:
+        return dict(self.annotations)
+
     def label(self, k: str) -> str | None:
-        return dict(self.labels).get(k)
+        return self._labels.get(k)
 
     def annotation(self, k: str) -> str | None:
-        return dict(self.annotations).get(k)
+        return self._annotations.get(k)
 
     @property
     def wants_devices(self) -> bool:
@@ -138,8 +148,14 @@ class Node:
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
 
-    def label_map(self) -> dict[str, str]:
+    @cached_property
+    def _label_map(self) -> Mapping[str, str]:
         return dict(self.labels)
+
+    def label_map(self) -> Mapping[str, str]:
+        """The labels as a mapping, built once per node object (objects are replaced, never
+        changed, so it cannot go stale)."""
+        return self._label_map
 
 
 @dataclass(frozen=True)

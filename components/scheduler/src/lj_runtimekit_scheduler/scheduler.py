@@ -72,11 +72,13 @@ class Scheduler:
         self.wakeup.set()
 
     async def run(self, stop: asyncio.Event) -> None:
+        next_depth = 0.0
         while not stop.is_set():
             now = self.clock()
             self.state.expire(now)
             pod = self.queue.pop(now)
             if pod is None:
+                self.metrics.queue_depth(self.queue.depth())
                 nxt = self.queue.next_ready()
                 timeout = 1.0 if nxt is None else max(0.001, min(1.0, nxt - now))
                 self.wakeup.clear()
@@ -84,7 +86,9 @@ class Scheduler:
                     await asyncio.wait_for(self.wakeup.wait(), timeout)
                 continue
             self.schedule(pod)
-            self.metrics.queue_depth(self.queue.depth())
+            if now >= next_depth:  # the gauge walks the queue: a few times a second is plenty
+                self.metrics.queue_depth(self.queue.depth())
+                next_depth = now + 0.25
             await asyncio.sleep(0)  # let watches and bindings progress
         await self.drain()
 

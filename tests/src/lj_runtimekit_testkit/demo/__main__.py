@@ -78,6 +78,7 @@ def chosen(assignment: str) -> str:
 
 def summary(scenario: Scenario, outcomes: list[Outcome]) -> bool:
     allocations = scenario.allocations()
+    unanswered = scenario.unanswered(outcomes)
     metrics = scenario.metrics_with_pods()
     print()
     print(f"{'workload':<16} {'node':<16} {'phase':<9} {'ok':<3} GPUs chosen / reason")
@@ -97,8 +98,14 @@ def summary(scenario: Scenario, outcomes: list[Outcome]) -> bool:
             f"job agent {name}: exit {run['exit']}, lj-runtime handler in containerd config: "
             f"{run['handler']}, {result.get('message', '')}"
         )
+    print(
+        "Allocate answered for every accelerator resource of every workload"
+        if not unanswered
+        else f"Allocate NOT answered: {', '.join(unanswered)}"
+    )
     ok = (
         all(o.placed_as_expected and o.phase == "Running" for o in outcomes)
+        and not unanswered
         and sum(allocations.values()) > 0
         and any(v > 0 for v in metrics.values())
         and len(scenario.agent_runs) == len(scenario.stack.nodes)

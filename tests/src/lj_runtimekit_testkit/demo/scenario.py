@@ -180,6 +180,21 @@ class Scenario:
             out[node.name] = {k: v for k, v in cap.items() if "aliyun.com" in k or "alibaba" in k}
         return out
 
+    def unanswered(self, outcomes: list[Outcome]) -> list[str]:
+        """``workload resource`` for every accelerator resource of a placed workload whose
+        Allocate the node's kubelet emulator has not had answered (KWOK runs a pod either way)."""
+        by_name = {n.name: n for n in self.stack.nodes}
+        out = []
+        for o in outcomes:
+            node = by_name.get(o.node)
+            if node is None or node.kubelet is None:
+                continue
+            answered = {(r.pod, r.resource) for r in node.kubelet.allocations}
+            for resource in o.workload.limits:
+                if (f"{NAMESPACE}/{o.workload.name}", resource) not in answered:
+                    out.append(f"{o.workload.name} {resource}")
+        return out
+
     def allocations(self) -> dict[str, int]:
         """How many allocations each node's runtime simulator holds (its control socket)."""
         out = {}

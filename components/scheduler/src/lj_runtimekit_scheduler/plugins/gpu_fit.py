@@ -8,7 +8,7 @@ import json
 from datetime import UTC, datetime
 
 from .. import gpu
-from ..framework import OK, Binder, CycleState, Status, fail
+from ..framework import OK, SKIP, Binder, CycleState, Status, fail
 from ..model import ASSIGNMENT_ANNOTATION, Pod
 from ..settings import Settings
 from ..state import ClusterState, NodeInfo
@@ -51,6 +51,9 @@ class GpuFit:
 
     def _choices(self, cs: CycleState) -> dict[str, gpu.Choice]:
         return cs.data.setdefault(NAME, {})  # type: ignore[no-any-return]
+
+    def pre_filter(self, cs: CycleState, pod: Pod) -> Status:
+        return OK if pod.wants_devices else SKIP
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
         if not pod.wants_devices:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from ..framework import OK, CycleState, Status, fail, normalize_max
+from collections.abc import Mapping
+
+from ..framework import OK, SKIP, CycleState, Status, fail, normalize_max
 from ..model import Node, Pod, Requirement, Term
 from ..state import ClusterState, NodeInfo
 
 NAME = "NodeAffinity"
+MISMATCH = fail("node(s) didn't match Pod's node affinity/selector")
 
 
-def _holds(r: Requirement, node: Node, labels: dict[str, str]) -> bool:
+def _holds(r: Requirement, node: Node, labels: Mapping[str, str]) -> bool:
     if r.field:
         # only metadata.name is a supported field (as in the apiserver)
         value: str | None = node.name if r.key == "metadata.name" else None
@@ -33,7 +36,7 @@ def _holds(r: Requirement, node: Node, labels: dict[str, str]) -> bool:
     return False
 
 
-def term_matches(term: Term, node: Node, labels: dict[str, str]) -> bool:
+def term_matches(term: Term, node: Node, labels: Mapping[str, str]) -> bool:
     """All requirements hold; an empty term matches no node (as in kube-scheduler)."""
     return bool(term.requirements) and all(_holds(r, node, labels) for r in term.requirements)
 
@@ -55,10 +58,11 @@ def preference(pod: Pod, node: Node) -> int:
 class NodeAffinity:
     NAME = NAME
 
+    def pre_filter(self, cs: CycleState, pod: Pod) -> Status:
+        return OK if pod.node_selector or pod.required_terms is not None else SKIP
+
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
-        if fits(pod, info.node):
-            return OK
-        return fail("node(s) didn't match Pod's node affinity/selector", unresolvable=False)
+        return OK if fits(pod, info.node) else MISMATCH
 
     def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:
         return preference(pod, info.node) if pod.preferred_terms else 0

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from ..framework import OK, CycleState, Status, fail
+from ..framework import OK, SKIP, CycleState, Status, fail
 from ..model import Pod
 from ..state import ClusterState, NodeInfo
 
 NAME = "NodeName"
+MISMATCH = fail("node(s) didn't match the requested node name")
 
 
 def fits(pod: Pod, node: str) -> bool:
@@ -16,12 +17,11 @@ def fits(pod: Pod, node: str) -> bool:
 class NodeName:
     NAME = NAME
 
+    def pre_filter(self, cs: CycleState, pod: Pod) -> Status:
+        return OK if pod.node_name else SKIP
+
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
-        return (
-            OK
-            if fits(pod, info.node.name)
-            else fail("node(s) didn't match the requested node name")
-        )
+        return OK if fits(pod, info.node.name) else MISMATCH
 
 
 def new(settings: object, state: ClusterState) -> NodeName:

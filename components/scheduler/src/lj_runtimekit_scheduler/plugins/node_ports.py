@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..framework import OK, CycleState, Status, fail
+from ..framework import OK, SKIP, CycleState, Status, fail
 from ..model import HostPort, Pod
 from ..state import ClusterState, NodeInfo
 
@@ -25,6 +25,9 @@ def conflicts(wanted: Iterable[HostPort], used: Iterable[HostPort]) -> bool:
 
 class NodePorts:
     NAME = NAME
+
+    def pre_filter(self, cs: CycleState, pod: Pod) -> Status:
+        return OK if pod.host_ports else SKIP
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
         if pod.host_ports and conflicts(pod.host_ports, info.ports):
