@@ -4,7 +4,7 @@ binding writes go through the :class:`Binder` the app provides."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -140,6 +140,40 @@ def feasible_to_find(nodes: int) -> int:
     return max(100, nodes * pct // 100)
 
 
+Scores = tuple[int, ...]
+Verdict = tuple[str | None, Scores]
+"""One node for one pod shape: the first failing Filter's reason (None: feasible) and the raw
+score of every Score plugin, in profile order."""
+
+
+@dataclass
+class Walk:
+    """One cycle's pass over the nodes."""
+
+    filters: list[Any]
+    shape: int
+    feasible: list[NodeInfo] = field(default_factory=list)
+    raw: list[Scores] = field(default_factory=list)
+    fresh: set[str] = field(default_factory=set)
+    """Nodes evaluated in this cycle (their per-cycle plugin state is in the CycleState)."""
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+def shape(pod: Pod) -> Hashable:
+    """Everything of a pod the Filter and Score plugins read; equal shapes get equal verdicts
+    on an unchanged node."""
+    return (
+        tuple(sorted(pod.requests.items())),
+        pod.devices,
+        pod.host_ports,
+        pod.node_name,
+        pod.node_selector,
+        pod.required_terms,
+        pod.preferred_terms,
+        pod.tolerations,
+    )
+
+
 @dataclass(frozen=True)
 class Result:
     node: str | None
@@ -162,27 +196,56 @@ class Profile:
         self.pre_bind = [p for p, _ in plugins if isinstance(p, PreBindPlugin)]
         self.bind = [p for p, _ in plugins if isinstance(p, BindPlugin)]
         self._next_start = 0
+        self._shapes: dict[Hashable, int] = {}
+        """Pod shape → a small number (hashing a shape once per cycle, not once per node)."""
+        self._memo: dict[str, tuple[NodeInfo, int, dict[int, Verdict]]] = {}
+        """node name → (its NodeInfo, that one's version, pod shape → verdict); a new version
+        drops the old verdicts."""
         self.observe: Callable[[str, str, float], None] = lambda point, name, s: None
 
     def _timed(self, point: str, name: str, t0: float) -> None:
         self.observe(point, name, time.perf_counter() - t0)
 
-    def find_node(
-        self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None = None
-    ) -> Result:
-        """PreFilter → Filter → (PostFilter) → PreScore → Score/Normalize: the best node."""
-        skipped: set[str] = set()
-        for p in self.pre_filter:
+    def _scores(self, cs: CycleState, pod: Pod, info: NodeInfo, spent: list[float]) -> Scores:
+        out = []
+        for k, (sp, _) in enumerate(self.score):
             t0 = time.perf_counter()
-            st = p.pre_filter(cs, pod)
-            self._timed("PreFilter", p.NAME, t0)
+            out.append(sp.score(cs, pod, info))
+            spent[k] += time.perf_counter() - t0
+        return tuple(out)
+
+    def _evaluate(
+        self, cs: CycleState, pod: Pod, info: NodeInfo, filters: list[Any], spent: list[float]
+    ) -> Verdict:
+        """The Filter chain on one node, then (when it passes) every Score plugin."""
+        for f in filters:
+            st = f.filter(cs, pod, info)
             if not st.ok:
-                return Result(None, {"*": f"{p.NAME}: {st.reason}"}, st.unresolvable)
-            if st.skip:
-                skipped.add(p.NAME)
-        filters = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
-        feasible: list[NodeInfo] = []
-        reasons: dict[str, str] = {}
+                return (f"{f.NAME}: {st.reason}", ())
+        return (None, self._scores(cs, pod, info, spent) if not self.pre_score else ())
+
+    def _verdict(
+        self, cs: CycleState, pod: Pod, info: NodeInfo, walk: Walk, spent: list[float]
+    ) -> Verdict:
+        name = info.node.name
+        if self.pre_score:  # their state is per cycle: nothing is remembered
+            walk.fresh.add(name)
+            return self._evaluate(cs, pod, info, walk.filters, spent)
+        known = self._memo.get(name)
+        if known is None or known[0] is not info or known[1] != info.version:
+            # a node removed and added again is a new NodeInfo whose version starts over
+            known = self._memo[name] = (info, info.version, {})
+        verdict = known[2].get(walk.shape)
+        if verdict is None:
+            verdict = known[2][walk.shape] = self._evaluate(cs, pod, info, walk.filters, spent)
+            walk.fresh.add(name)
+        return verdict
+
+    def _walk(
+        self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None, walk: Walk
+    ) -> None:
+        """Filter nodes from where the last cycle stopped until enough are feasible."""
+        spent = [0.0] * len(self.score)
         t0 = time.perf_counter()
         if names is None:
             infos = list(state.nodes.values())
@@ -195,36 +258,71 @@ class Profile:
         for i in range(len(infos)):
             info = infos[(start + i) % len(infos)]
             seen += 1
-            for f in filters:
-                st = f.filter(cs, pod, info)
-                if not st.ok:
-                    reasons[info.node.name] = f"{f.NAME}: {st.reason}"
-                    break
-            else:
-                feasible.append(info)
-                if len(feasible) >= want:
-                    break
+            reason, scores = self._verdict(cs, pod, info, walk, spent)
+            if reason is not None:
+                walk.reasons[info.node.name] = reason
+                continue
+            walk.feasible.append(info)
+            walk.raw.append(scores)
+            if len(walk.feasible) >= want:
+                break
         if names is None and infos:
             self._next_start = (start + seen) % len(infos)
         self._timed("Filter", "all", t0)
+        for k, (sp, _) in enumerate(self.score):
+            self.observe("Score", sp.NAME, spent[k])
+
+    def find_node(
+        self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None = None
+    ) -> Result:
+        """PreFilter → Filter → (PostFilter) → PreScore → Score/Normalize: the best node.
+
+        Filter verdicts and raw scores are remembered per node, per node version (which moves on
+        every change of the node or of the pods and devices it holds) and per pod shape
+        (:func:`shape`), so a run of same-shaped pods — a Job's or a Deployment's replicas —
+        evaluates only the nodes that changed since the last one. The winner is evaluated again
+        in this cycle when its verdict was remembered, so plugins that keep per-cycle state
+        (GpuFit's device choice) have it.
+        """
+        skipped: set[str] = set()
+        for p in self.pre_filter:
+            t0 = time.perf_counter()
+            st = p.pre_filter(cs, pod)
+            self._timed("PreFilter", p.NAME, t0)
+            if not st.ok:
+                return Result(None, {"*": f"{p.NAME}: {st.reason}"}, st.unresolvable)
+            if st.skip:
+                skipped.add(p.NAME)
+        filters = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
+        key = shape(pod)
+        if len(self._shapes) > 10_000:  # many distinct shapes: start over rather than grow
+            self._shapes.clear()
+            self._memo.clear()
+        walk = Walk(filters, self._shapes.setdefault(key, len(self._shapes)))
+        self._walk(cs, pod, state, names, walk)
+        feasible = walk.feasible
         if not feasible:
             for pf in self.post_filter:
-                pf.post_filter(cs, pod, reasons)
-            return Result(None, reasons)
-        if len(feasible) == 1 or not self.score:
-            return Result(feasible[0].node.name, reasons)
-        for ps in self.pre_score:
-            ps.pre_score(cs, pod, feasible)
-        total = dict.fromkeys((i.node.name for i in feasible), 0)
-        for sp, weight in self.score:
-            t0 = time.perf_counter()
-            raw = {i.node.name: sp.score(cs, pod, i) for i in feasible}
-            norm = sp.normalize(raw) if isinstance(sp, NormalizeScorePlugin) else raw
-            for k, v in norm.items():
-                total[k] += weight * v
-            self._timed("Score", sp.NAME, t0)
-        best = max(total.items(), key=lambda kv: (kv[1], kv[0]))
-        return Result(best[0], reasons)
+                pf.post_filter(cs, pod, walk.reasons)
+            return Result(None, walk.reasons)
+        best = feasible[0].node.name
+        if len(feasible) > 1 and self.score:
+            raw = walk.raw
+            if self.pre_score:
+                for ps in self.pre_score:
+                    ps.pre_score(cs, pod, feasible)
+                spent = [0.0] * len(self.score)
+                raw = [self._scores(cs, pod, info, spent) for info in feasible]
+            total = dict.fromkeys((i.node.name for i in feasible), 0)
+            for k, (sp, weight) in enumerate(self.score):
+                scores = {info.node.name: r[k] for info, r in zip(feasible, raw, strict=True)}
+                norm = sp.normalize(scores) if isinstance(sp, NormalizeScorePlugin) else scores
+                for n, v in norm.items():
+                    total[n] += weight * v
+            best = max(total.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        if best not in walk.fresh:
+            self._evaluate(cs, pod, state.nodes[best], filters, [0.0] * len(self.score))
+        return Result(best, walk.reasons)
 
     def reserve_all(self, cs: CycleState, pod: Pod, node: str) -> Status:
         done: list[ReservePlugin] = []
