@@ -182,7 +182,15 @@ def phase(
         done = sorted(watch.bound.values())
         lat = sorted(watch.bound[n] - created[n] for n in watch.bound)
         # free the pool for the next phase
-        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        for _ in range(10):
+            try:
+                core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+                break
+            except client.exceptions.ApiException as e:
+                # 8000 deletions can outlast the apiserver's 60 s request timeout; the deletion
+                # goes on server-side, ask again for what is left
+                if e.status != 504:
+                    raise
         while core.list_namespaced_pod(ns, limit=1).items:
             time.sleep(0.5)
     span = (done[-1] - start) if done else float("inf")
