@@ -13,8 +13,8 @@ import argparse
 import asyncio
 import threading
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, watch
 
