@@ -148,10 +148,10 @@ class Scheduler:
         bound = sum(1 for p, _, _ in self.state.pods.values() if gang.gang_of(p) == gid)
         missing = gid.size - bound - len(members)
         if missing > 0:
+            # only the pod just tried is told: the others were when they were tried, and telling
+            # every member at every arrival would be n² Events for an n-pod gang
             msg = f"gang {gid.key}: waiting for {missing} more of {gid.size} members; nothing held"
-            for p in members:
-                self.queue.take(p.uid)
-                self._unschedulable(p, Result(None, {}), msg)
+            self._unschedulable(first, Result(None, {}), msg)
             return
         t0 = time.perf_counter()
         labels = {n: i.node.label_map() for n, i in self.state.nodes.items()}

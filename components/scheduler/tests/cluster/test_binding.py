@@ -71,6 +71,59 @@ async def test_oversized_gang_binds_nothing(
     assert not any(gpu_cluster.nodes_of(names).values())
 
 
+async def test_a_16_pod_jobset_gang_lands_inside_one_block(
+    gpu_cluster: Any, scheduler: Callable[..., Any]
+) -> None:
+    small = gpu_cluster.gpu_nodes(3, gpus=8, labels={"network.topology/block": "small"})
+    big = gpu_cluster.gpu_nodes(5, gpus=8, labels={"network.topology/block": "big"})
+    scheduler()
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": "train",
+        "jobset.sigs.k8s.io/replicatedjob-replicas": "16",
+    }
+    # 16 × 2 GPUs = 4 nodes' worth: only the 5-node block holds it whole
+    names = [
+        gpu_cluster.pod(f"train-{i}", {"aliyun.com/gpu": "2"}, labels=labels) for i in range(16)
+    ]
+    bound = await gpu_cluster.wait_bound(names, deadline_s=90)
+    assert set(bound.values()) <= set(big)
+    assert not set(bound.values()) & set(small)
+
+
+async def test_two_competing_gangs_both_complete_as_capacity_frees(
+    gpu_cluster: Any, scheduler: Callable[..., Any]
+) -> None:
+    gpu_cluster.gpu_nodes(2, gpus=8)
+    scheduler()
+
+    def gang(name: str) -> list[str]:
+        group = {
+            "lj-runtimekit-scheduler/pod-group": name,
+            "lj-runtimekit-scheduler/pod-group-size": "4",
+        }
+        return [
+            gpu_cluster.pod(f"{name}-{i}", {"aliyun.com/gpu": "4"}, annotations=group)
+            for i in range(4)
+        ]
+
+    # each gang wants all 16 GPUs; created interleaved so neither is complete first by luck
+    x, y = gang("x"), gang("y")
+
+    def one_whole() -> list[str] | None:
+        placed = gpu_cluster.nodes_of([*x, *y])
+        done = [g for g in (x, y) if all(placed[n] for n in g)]
+        return done[0] if done else None
+
+    winner = await gpu_cluster.until("one gang bound whole", one_whole, 60)
+    loser = y if winner is x else x
+    await asyncio.sleep(2)
+    assert not any(gpu_cluster.nodes_of(loser).values()), "the waiting gang holds nothing"
+    for name in winner:
+        gpu_cluster.core.delete_namespaced_pod(name, gpu_cluster.namespace, grace_period_seconds=0)
+    bound = await gpu_cluster.wait_bound(loser, deadline_s=90)
+    assert len(set(bound.values())) == 2
+
+
 CASES: list[tuple[str, dict[str, Any], dict[str, str] | None]] = [
     ("fits", {}, {"cpu": "1"}),
     ("too-much-cpu", {}, {"cpu": "1000"}),
