@@ -108,7 +108,9 @@ class ClusterState:
         self.remove_pod(pod.uid, keep_assumed=True)
         info = self.nodes.get(node)
         if info is None:
-            info = self.nodes[node] = NodeInfo(Node(node, ready=False))
+            # a pod seen before its node (the watches run independently): a placeholder that
+            # already has the node's devices if those came first
+            info = self.nodes[node] = NodeInfo(Node(node, ready=False), self.devices.get(node, ()))
         self._hold(info, pod, choice, +1)
         self.pods[pod.uid] = (pod, node, choice)
         self.generation += 1
