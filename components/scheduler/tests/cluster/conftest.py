@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,10 +162,13 @@ class GpuCluster:
 
 
 @pytest.fixture
-def gpu_cluster(cluster: Any, namespace: str) -> GpuCluster:
+def gpu_cluster(cluster: Any, namespace: str) -> Iterator[GpuCluster]:
     g = GpuCluster(cluster, namespace)
     g.install_crd()
-    return g
+    try:
+        yield g
+    finally:
+        g.api.close()  # its pooled connections, else they warn when collected in a later test
 
 
 @pytest.fixture
