@@ -116,6 +116,16 @@ def summary(scenario: Scenario, outcomes: list[Outcome]) -> bool:
     return ok
 
 
+async def registered(scenario: Scenario, deadline: float, stop: asyncio.Event) -> None:
+    """Until every accelerator node has registered its devices: a whole-GPU job submitted
+    earlier lands on whichever node registered first, not the one it is meant for."""
+    while time.monotonic() < deadline and not stop.is_set():
+        res = await asyncio.to_thread(scenario.resources)
+        if all(any(int(v) > 0 for v in r.values()) for r in res.values()):
+            return
+        await asyncio.sleep(1)
+
+
 async def run(args: argparse.Namespace) -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="lj-demo-"))
     (work / "logs").mkdir(parents=True, exist_ok=True)
@@ -142,6 +152,7 @@ async def run(args: argparse.Namespace) -> int:
         agents = asyncio.create_task(scenario.run_job_agents(stop), name="job-agents")
         say("labelling the accelerator nodes lj_runtimekit_enable=true")
         scenario.label_nodes()
+        await registered(scenario, time.monotonic() + args.timeout, stop)
         scenario.submit()
         say("submitted: 4 whole GPUs, 2 shared GPU slices, 2 PPUs, a gang of 3")
         deadline = time.monotonic() + args.timeout
