@@ -17,6 +17,7 @@ from lj_runtimekit_device_plugin.assignment import (
     candidates,
     marks,
     parse,
+    whole_intent,
     with_mark,
 )
 
@@ -139,3 +140,41 @@ def test_malformed_assignment_is_a_clear_error(text: str) -> None:
 def test_parse_never_raises_anything_but_bad_assignment(text: str) -> None:
     with contextlib.suppress(BadAssignment):
         parse(text)
+
+
+def _whole(name: str, at: str, devices: list[str], *, node: str = "n1") -> PodView:
+    doc = {
+        "version": "v1",
+        "node": node,
+        "assumedAt": at,
+        "containers": [{"name": "main", "devices": [{"id": d, "whole": True} for d in devices]}],
+    }
+    ann = {ASSIGNMENT: json.dumps(doc)}
+    return PodView("ns", name, f"uid-{name}", "1", ann, {"main": {GPU: len(devices)}})
+
+
+GPU = "aliyun.com/gpu"
+EIGHT = [f"gpu-{i}" for i in range(8)]
+
+
+def test_whole_intent_is_the_oldest_decision_of_that_size_still_available() -> None:
+    pods = [
+        _whole("late", "2026-01-02T00:00:00Z", ["gpu-6", "gpu-7"]),
+        _whole("early", "2026-01-01T00:00:00Z", ["gpu-3", "gpu-5"]),
+        _whole("four", "2026-01-01T00:00:00Z", ["gpu-0", "gpu-1", "gpu-2", "gpu-4"]),
+        _whole("elsewhere", "2025-01-01T00:00:00Z", ["gpu-0", "gpu-1"], node="n2"),
+        _pod("shared", "2026-01-01T00:00:00Z", "gpu-1"),
+    ]
+    got = whole_intent(pods, "n1", GPU, size=2, available=EIGHT)
+    assert got.choice == ("gpu-3", "gpu-5")
+    assert got.reserved == {"gpu-1"}
+    # once the kubelet holds gpu-3 it is no longer offered: the next decision comes up
+    rest = [d for d in EIGHT if d != "gpu-3"]
+    assert whole_intent(pods, "n1", GPU, size=2, available=rest).choice == ("gpu-6", "gpu-7")
+    # must_include outside the decision rules it out
+    assert (
+        whole_intent(pods, "n1", GPU, size=2, available=EIGHT, must_include=["gpu-0"]).choice
+        is None
+    )
+    assert whole_intent(pods, "n1", GPU, size=3, available=EIGHT).choice is None
+    assert whole_intent(pods, "n1", "alibabacloud.com/ppu", size=2, available=EIGHT).choice is None

@@ -6,6 +6,7 @@ import dataclasses
 
 from lj_runtimekit_device_plugin.model import Device, RuntimeInfo
 from lj_runtimekit_device_plugin.nodedevices import LABEL_PREFIX, label_patch, labels, status
+from lj_runtimekit_device_plugin.resources import ResourceNames
 
 RT = RuntimeInfo("v1.13.0", "v1")
 
@@ -41,3 +42,18 @@ def test_labels_describe_devices_and_patch_only_differences(eight_gpus: list[Dev
     assert label_patch(new, new) == {}
     old = {**new, LABEL_PREFIX + "stale": "x"}
     assert label_patch(old, new) == {LABEL_PREFIX + "stale": None}
+
+
+def test_each_partition_names_the_resource_it_is_advertised_under(mig_tdm: list[Device]) -> None:
+    def resources(names: ResourceNames) -> dict[str, str]:
+        s = status(mig_tdm, RT, names)
+        return {p["id"]: p["resource"] for d in s["devices"] for p in d["partitions"]}
+
+    single = resources(ResourceNames())
+    assert set(single.values()) == {"aliyun.com/gpu"}
+    assert len(single) == 5
+    mixed = resources(ResourceNames(mig_strategy="mixed"))
+    assert mixed["gpu-0-mig-3g.40gb-0"] == "aliyun.com/gpu-mig-3g.40gb"
+    assert mixed["gpu-1-tdm-50-0"] == "aliyun.com/gpu"
+    off = resources(ResourceNames(enabled=frozenset({"gpu-core", "gpu-memory"})))
+    assert set(off.values()) == {""}

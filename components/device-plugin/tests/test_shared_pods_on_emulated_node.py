@@ -26,6 +26,7 @@ pytestmark = pytest.mark.cluster
 
 CORE = "aliyun.com/gpu-core"
 MEM = "aliyun.com/gpu-memory"
+GPU = "aliyun.com/gpu"
 
 
 @pytest_asyncio.fixture(params=["apiserver", "kubelet"])
@@ -53,7 +54,7 @@ async def plugin(request: Any, cluster: Any, emulated_gpu_node: Any) -> AsyncIte
     stop = asyncio.Event()
     task = asyncio.create_task(serve(s, stop))
     try:
-        await _until(lambda: {CORE, MEM} <= set(node.emulator.endpoints), within_s=20)
+        await _until(lambda: {GPU, CORE, MEM} <= set(node.emulator.endpoints), within_s=20)
         yield node
     finally:
         stop.set()
@@ -140,3 +141,66 @@ async def test_core_and_memory_containers_and_two_container_pods_get_their_own_d
                 assert set(mark[container]) == resources
                 assert set(mark[container].values()) == {(held[0].id,)}
         assert len(live) == sum(len(cs) for cs in wanted.values())
+
+
+def _whole_pod(name: str, node: str, at: str, devices: list[str] | None, n: int) -> Any:
+    """A pod asking ``n`` whole GPUs; ``devices`` is the scheduler's choice (None: no decision,
+    as for a pod placed by another scheduler)."""
+    annotations = {}
+    if devices is not None:
+        decision = {
+            "version": "v1",
+            "node": node,
+            "assumedAt": at,
+            "containers": [
+                {"name": "main", "devices": [{"id": d, "whole": True} for d in devices]}
+            ],
+        }
+        annotations[ASSIGNMENT] = json.dumps(decision)
+    limits = {GPU: str(n)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+
+
+async def test_whole_gpus_are_the_schedulers_and_never_a_device_it_gave_out_as_shares(
+    cluster: Any, namespace: str, plugin: Any
+) -> None:
+    """The kubelet picks whole devices itself (GetPreferredAllocation names no pod). Left to
+    topology it takes gpu-0 first: the scheduler's choice must win, and a pod without one must
+    keep off gpu-0 and gpu-1, which the scheduler gave to shared pods not yet started."""
+    node = plugin
+    emu = node.emulator
+    with cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        # whole pods first: they are allocated before the shared pods their devices could steal
+        core.create_namespaced_pod(
+            namespace, _whole_pod("train", node.name, "2026-12-03T00:00:01Z", ["gpu-5", "gpu-6"], 2)
+        )
+        await _until(lambda: any(r.pod == f"{namespace}/train" for r in emu.allocations))
+        core.create_namespaced_pod(
+            namespace, _pod("shared-a", node.name, "2026-12-03T00:00:02Z", {"m": ("gpu-0", 30, 8)})
+        )
+        core.create_namespaced_pod(
+            namespace, _pod("shared-b", node.name, "2026-12-03T00:00:03Z", {"m": ("gpu-1", 30, 8)})
+        )
+        # the shared pods wait on the apiserver view: their decisions are seen before this one
+        await asyncio.sleep(0.5)
+        core.create_namespaced_pod(namespace, _whole_pod("other", node.name, "", None, 2))
+        await _until(lambda: len([r for r in emu.allocations if r.pod_uid]) >= 6)
+    by_pod: dict[str, set[str]] = {}
+    for r in emu.allocations:
+        if r.pod_uid:
+            by_pod.setdefault(str(r.pod).split("/")[1], set()).update(r.device_ids)
+    assert by_pod["train"] == {"gpu-5", "gpu-6"}
+    assert not by_pod["other"] & {"gpu-0", "gpu-1", "gpu-5", "gpu-6"}, by_pod["other"]
+    # shared unit ids are counters, not devices: the Runtime's allocations say which device
+    held = {a.pod.name: a.device_ids for a in node.simulator.allocations() if a.container == "m"}
+    assert held == {"shared-a": ("gpu-0",), "shared-b": ("gpu-1",)}

@@ -125,3 +125,30 @@ def test_choice_never_overcommits(
                 idle_islands[d.island] = idle_islands.get(d.island, 0) + 1
         if r.gpus > 1 and r is reqs[0] and max(idle_islands.values(), default=0) >= r.gpus:
             assert gpu.locality(devs, gpu.Choice((c.containers[0],))) == 100
+
+
+def mig_node() -> tuple[Device, ...]:
+    """As the MIG/TDM sample: gpu-0 in two MIG instances, gpu-1 a TDM slice, gpu-2 whole."""
+    return (
+        Device("gpu-0-mig-0", "GPU", 40, True, 0, 0, 0, partition_of="gpu-0"),
+        Device("gpu-0-mig-1", "GPU", 40, True, 0, 0, 0, partition_of="gpu-0"),
+        Device("gpu-1-tdm-0", "GPU", 80, True, 0, 0, 1, partition_of="gpu-1"),
+        Device("gpu-2", "GPU", 80, True, 0, 0, 2),
+    )
+
+
+def test_partitions_never_make_up_a_multi_gpu_container() -> None:
+    with pytest.raises(gpu.NoFit, match=r"2 whole GPU wanted, 1 idle .*3 idle partitions"):
+        gpu.choose(mig_node(), {}, [DeviceRequest("c", gpus=2)])
+
+
+def test_one_gpu_takes_a_whole_gpu_before_a_partition_then_a_partition() -> None:
+    devs = mig_node()
+    assert ids(gpu.choose(devs, {}, [DeviceRequest("c", gpus=1)])) == ["gpu-2"]
+    held = {"gpu-2": DeviceUse(whole=True)}
+    assert ids(gpu.choose(devs, held, [DeviceRequest("c", gpus=1)])) == ["gpu-0-mig-0"]
+
+
+def test_partitions_are_never_shared() -> None:
+    with pytest.raises(gpu.NoFit):
+        gpu.choose(mig_node(), {"gpu-2": DeviceUse(whole=True)}, [DeviceRequest("c", core=10)])

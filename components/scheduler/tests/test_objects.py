@@ -110,3 +110,42 @@ def test_device_requests_per_container() -> None:
         ("a", 0, 30, 8),
         ("b", 2, 0, 0),
     ]
+
+
+def test_partitioned_gpus_become_the_partitions_advertised_as_whole_gpus() -> None:
+    gib = 2**30
+
+    def dev(i: int, mode: str, parts: list[dict[str, object]]) -> dict[str, object]:
+        return {
+            "id": f"gpu-{i}", "index": i, "kind": "GPU", "memoryBytes": 80 * gib,
+            "healthy": True, "numaNode": 0, "nvlinkIsland": 0,
+            "partitionMode": mode, "partitions": parts,
+        }  # fmt: skip
+
+    raw = {
+        "metadata": {"name": "n"},
+        "status": {
+            "devices": [
+                dev(0, "MIG", [
+                    {"id": "gpu-0-mig-0", "memoryBytes": 40 * gib, "healthy": True,
+                     "resource": "aliyun.com/gpu"},
+                    {"id": "gpu-0-mig-1", "memoryBytes": 40 * gib, "healthy": False,
+                     "resource": "aliyun.com/gpu"},
+                ]),
+                dev(1, "MIG", [
+                    {"id": "gpu-1-mig-0", "memoryBytes": 10 * gib, "healthy": True,
+                     "resource": "aliyun.com/gpu-mig-1g.10gb"},
+                ]),
+                dev(2, "TDM", [{"id": "gpu-2-tdm-0", "memoryBytes": 80 * gib, "healthy": True}]),
+                dev(3, "NONE", []),
+            ]
+        },
+    }  # fmt: skip
+    node, devices = objects.node_devices(raw)
+    assert node == "n"
+    assert [(d.id, d.memory_gib, d.healthy, d.partition_of) for d in devices] == [
+        ("gpu-0-mig-0", 40, True, "gpu-0"),
+        ("gpu-0-mig-1", 40, False, "gpu-0"),
+        ("gpu-2-tdm-0", 80, True, "gpu-2"),  # no resource field (older plugin): aliyun.com/gpu
+        ("gpu-3", 80, True, ""),
+    ]

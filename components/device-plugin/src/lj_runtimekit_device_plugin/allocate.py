@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import structlog
 
-from .errors import PermanentError, TemporaryError
+from .assignment import WholeIntent
+from .errors import DevicePluginError, PermanentError, TemporaryError
 from .model import Injection
 from .resources import ResourceNames
 from .runtime import RuntimeClient
@@ -26,8 +27,17 @@ class AllocateTimeout(TemporaryError):
     """Allocate ran past its own bound (the kubelet gives none)."""
 
 
+NO_INTENT = WholeIntent(None, frozenset())
+
+
 class SharedAllocator:
-    """Hook for the shared-GPU handshake; this build has none and refuses shared requests."""
+    """Hook for the scheduler handshake; without a pod source shared requests are refused and
+    whole devices are chosen by topology alone."""
+
+    async def intent(
+        self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> WholeIntent:
+        return NO_INTENT
 
     async def allocate(self, resource: str, units: Sequence[str]) -> Injection:
         raise PermanentError(
@@ -50,6 +60,18 @@ class Allocator:
         self.names = names
         self.timeout_s = timeout_s
         self.shared = shared or SharedAllocator()
+
+    async def intent(
+        self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> WholeIntent:
+        """What the scheduler decided for this whole-device request; no decision when the pod
+        source fails or is slow (the kubelet waits on GetPreferredAllocation)."""
+        try:
+            async with asyncio.timeout(min(self.timeout_s, 2.0)):
+                return await self.shared.intent(resource, available, must_include, size)
+        except (TimeoutError, DevicePluginError) as e:
+            log.warning("preferred_without_decision", resource=resource, error=str(e) or "timeout")
+            return NO_INTENT
 
     async def __call__(self, resource: str, containers: Sequence[Sequence[str]]) -> list[Injection]:
         try:

@@ -116,13 +116,15 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
     client = RuntimeClient(s.socket_dir, s.rpc_timeout)
     follower = HealthFollower(client, inventory, s.health_interval)
     api = await _apiserver(s)
+    allocator = Allocator(client, names, s.allocate_timeout, _handshake(s, client, names, api))
     host = PluginHost(
         s.plugin_dir,
         inventory,
         names,
-        Allocator(client, names, s.allocate_timeout, _handshake(s, client, names, api)),
+        allocator,
         observe=metrics.observe,
         on_registered=metrics.registered,
+        intent=allocator.intent,
     )
 
     def healthy() -> tuple[bool, str]:
@@ -139,7 +141,7 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
         asyncio.create_task(_guard("metrics", _track(inventory, metrics, follower), stop)),
     ]
     if api is not None and s.publish_inventory == "true":
-        publisher = Publisher(api, s.node_name)
+        publisher = Publisher(api, s.node_name, names)
         tasks.append(asyncio.create_task(_guard("publish", _publish(inventory, publisher), stop)))
     # Registering before the first inventory would advertise nothing: wait for it (or stop).
     first = asyncio.create_task(follower.connected.wait())

@@ -208,3 +208,52 @@ def with_mark(
     done[container] = {**mine, resource: ids}
     doc = {"containers": {c: {r: list(v) for r, v in rs.items()} for c, rs in done.items()}}
     return {ALLOCATED: at, ALLOCATION: json.dumps(doc, sort_keys=True)}
+
+
+@dataclass(frozen=True)
+class WholeIntent:
+    """What the scheduler decided for whole devices on this node, as GetPreferredAllocation
+    needs it: the kubelet's request names no pod, so the plugin matches on the units."""
+
+    choice: tuple[str, ...] | None
+    """The devices of the oldest assigned container asking ``size`` units of the resource, all
+    of them available; None when no pod's decision fits."""
+    reserved: frozenset[str]
+    """Devices the scheduler gave out as shares on this node: a whole device taken from them
+    would make those pods' Allocate fail."""
+
+
+def whole_intent(
+    pods: Iterable[PodView],
+    node: str,
+    resource: str,
+    *,
+    size: int,
+    available: Iterable[str],
+    must_include: Iterable[str] = (),
+) -> WholeIntent:
+    """The scheduler's decision for a whole-device allocation of ``size`` units on ``node``."""
+    free, must = set(available), set(must_include)
+    best: tuple[tuple[str, str, str, str], tuple[str, ...]] | None = None
+    reserved: set[str] = set()
+    for pod in pods:
+        text = pod.annotations.get(ASSIGNMENT)
+        if text is None:
+            continue
+        try:
+            a = parse(text)
+        except BadAssignment:
+            continue
+        if a.node != node:
+            continue
+        for name, shares in a.containers.items():
+            reserved.update(s.id for s in shares if not s.whole)
+            ids = tuple(sorted(s.id for s in shares if s.whole))
+            if pod.requests.get(name, {}).get(resource) != size or len(ids) != size:
+                continue
+            if not set(ids) <= free | must or not must <= set(ids):
+                continue
+            key = (a.assumed_at, pod.namespace, pod.name, name)
+            if best is None or key < best[0]:
+                best = (key, ids)
+    return WholeIntent(None if best is None else best[1], frozenset(reserved))

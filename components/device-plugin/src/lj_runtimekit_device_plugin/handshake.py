@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import structlog
 
-from .assignment import Candidate, PodView, candidates, with_mark
+from .assignment import Candidate, PodView, WholeIntent, candidates, whole_intent, with_mark
 from .errors import PermanentError
 from .kube import Conflict, MarkUpdate
 from .model import GIB, Allocation, Injection
@@ -82,6 +82,15 @@ class SharedHandshake:
         self._claimed = {k for k in self._claimed if k[0] in live}
         for key in [k for k in self._held if k[0] not in live]:
             self._injections.pop(self._held.pop(key), None)
+
+    async def intent(
+        self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> WholeIntent:
+        """The scheduler's decision for a whole-device request (GetPreferredAllocation)."""
+        pods = await self.list_pods()
+        return whole_intent(
+            pods, self.node, resource, size=size, available=available, must_include=must_include
+        )
 
     async def allocate(self, resource: str, units: Sequence[str]) -> Injection:
         kind = self._kind(resource)

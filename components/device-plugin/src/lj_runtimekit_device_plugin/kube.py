@@ -19,6 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from .errors import TemporaryError
 from .model import Device, RuntimeInfo
 from .nodedevices import GROUP, PLURAL, VERSION, label_patch, labels, status
+from .resources import ResourceNames
 
 log = structlog.get_logger(__name__)
 
@@ -47,9 +48,12 @@ def _now() -> str:
 class Publisher:
     """NodeDevices status and node labels of one node, written on change only."""
 
-    def __init__(self, api: client.ApiClient, node: str) -> None:
+    def __init__(
+        self, api: client.ApiClient, node: str, names: ResourceNames | None = None
+    ) -> None:
         self.api = api
         self.node = node
+        self.names = names or ResourceNames()
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self._status: dict[str, Any] | None = None
@@ -60,7 +64,7 @@ class Publisher:
         """Write what changed; True when anything was written."""
         wrote = False
         try:
-            body = status(devices, runtime)
+            body = status(devices, runtime, self.names)
             if body != self._status:
                 await self._ensure_object()
                 await self.custom.patch_cluster_custom_object_status(

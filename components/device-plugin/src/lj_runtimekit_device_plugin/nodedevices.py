@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .model import GIB, Device, RuntimeInfo
+from .resources import ResourceNames, advertise
 from .topology import topology
 
 GROUP = "lj-runtimekit.aliyun.com"
@@ -27,9 +28,20 @@ def _partitioning(devices: Sequence[Device]) -> str:
     return ",".join(modes) if modes else "none"
 
 
-def status(devices: Sequence[Device], runtime: RuntimeInfo) -> dict[str, Any]:
-    """The ``status`` of this node's NodeDevices object (deploy/crds/), without observedAt."""
+def status(
+    devices: Sequence[Device], runtime: RuntimeInfo, names: ResourceNames | None = None
+) -> dict[str, Any]:
+    """The ``status`` of this node's NodeDevices object (deploy/crds/), without observedAt.
+
+    Each partition names the extended resource it is advertised under (``""`` when none), so
+    the scheduler gives whole-GPU requests only the partitions the kubelet counts for them.
+    """
     topo = topology(devices)
+    resource_of = {
+        u.id: name
+        for name, units in advertise(devices, names or ResourceNames()).items()
+        for u in units
+    }
     kinds = sorted({d.kind for d in devices})
     models = sorted({d.model for d in devices if d.model})
     mems = sorted({d.memory_bytes // GIB for d in devices})
@@ -70,6 +82,7 @@ def status(devices: Sequence[Device], runtime: RuntimeInfo) -> dict[str, Any]:
                         "computeUnits": p.compute_units,
                         "timePercent": p.time_percent,
                         "healthy": p.healthy,
+                        "resource": resource_of.get(p.id, ""),
                     }
                     for p in d.partitions
                 ],

@@ -20,7 +20,15 @@ from lj_runtimekit_interface import sockets
 
 from .inventory import Inventory
 from .resources import ResourceNames, advertise
-from .server import Allocator, DevicePlugin, Observer, create_server, register, socket_name
+from .server import (
+    Allocator,
+    DevicePlugin,
+    Intent,
+    Observer,
+    create_server,
+    register,
+    socket_name,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -45,7 +53,9 @@ class PluginHost:
         *,
         observe: Observer | None = None,
         on_registered: Callable[[str], None] | None = None,
+        intent: Intent | None = None,
     ) -> None:
+        self.intent = intent
         self.plugin_dir = plugin_dir
         self.kubelet_socket = os.path.join(plugin_dir, sockets.KUBELET_SOCKET)
         self.inventory = inventory
@@ -67,7 +77,12 @@ class PluginHost:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             plugin = DevicePlugin(
-                resource, self.inventory, self.names, self.allocator, self.observe
+                resource,
+                self.inventory,
+                self.names,
+                self.allocator,
+                self.observe,
+                intent=self.intent,
             )
             server = create_server(sockets.unix_target(path), plugin)
             await server.start()

@@ -15,16 +15,19 @@ import structlog
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
+from .assignment import WholeIntent
 from .errors import DevicePluginError, PermanentError
 from .inventory import Inventory, View
 from .model import Injection
-from .resources import ResourceNames, Unit, advertise
+from .resources import ResourceNames, Unit, advertise, device_of
 from .topology import preferred, topology
 
 log = structlog.get_logger(__name__)
 
 #: Allocate's callback: (resource, unit ids per container) → one injection per container.
 Allocator = Callable[[str, Sequence[Sequence[str]]], Awaitable[list[Injection]]]
+Intent = Callable[[str, Sequence[str], Sequence[str], int], Awaitable[WholeIntent]]
+"""(resource, available, must include, size) → the scheduler's decision for those units."""
 Observer = Callable[[str, str, float, bool], None]
 """(resource, method, seconds, ok): how the metrics see each call."""
 
@@ -72,12 +75,15 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
         names: ResourceNames,
         allocator: Allocator,
         observe: Observer | None = None,
+        *,
+        intent: Intent | None = None,
     ) -> None:
         self.resource = resource
         self.inventory = inventory
         self.names = names
         self.allocator = allocator
         self.observe = observe or (lambda *_: None)
+        self.intent = intent
         self.whole = resource in (names.gpu, names.ppu) or "-mig-" in resource
 
     async def GetDevicePluginOptions(
@@ -105,16 +111,27 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
         request: api_pb2.PreferredAllocationRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> api_pb2.PreferredAllocationResponse:
+        """The scheduler's devices when a pod on this node was assigned exactly these units
+        (the kubelet picks whole devices itself, from this answer); else the best topology fit,
+        leaving out devices the scheduler gave out as shares while enough others are free."""
         start = time.perf_counter()
         topo = topology(self.inventory.view().devices)
-        out = [
-            api_pb2.ContainerPreferredAllocationResponse(
-                deviceIDs=preferred(
-                    topo, r.available_deviceIDs, r.must_include_deviceIDs, r.allocation_size
-                )
-            )
-            for r in request.container_requests
-        ]
+        out = []
+        for r in request.container_requests:
+            available, must = list(r.available_deviceIDs), list(r.must_include_deviceIDs)
+            size = r.allocation_size
+            decided = None
+            if self.intent is not None:
+                decided = await self.intent(self.resource, available, must, size)
+            if decided is not None and decided.choice is not None:
+                ids = list(decided.choice)
+            else:
+                pool = available
+                if decided is not None and decided.reserved:
+                    spare = [i for i in available if device_of(i) not in decided.reserved]
+                    pool = spare if len(set(spare) | set(must)) >= size else available
+                ids = preferred(topo, pool, must, size)
+            out.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
         self.observe(self.resource, "GetPreferredAllocation", time.perf_counter() - start, True)
         return api_pb2.PreferredAllocationResponse(container_responses=out)
 

@@ -3,7 +3,9 @@
 Guarantees of :func:`choose`: every chosen device is healthy and of the right kind; a whole
 device is never shared and never given twice; a shared slice never exceeds the device's free
 core (100 per GPU) or free memory; multi-device containers stay on one NVLink island, else one
-NUMA node, whenever the node has such a set free.
+NUMA node, whenever the node has such a set free. A partition (MIG instance, TDM slice) is given
+only to a container asking one GPU, and only when no unpartitioned GPU is idle: CUDA shows a
+process one MIG instance, and a GPU asked for whole should be one. Partitions are never shared.
 """
 
 from __future__ import annotations
@@ -51,9 +53,17 @@ def _pick_whole(
     devs: Sequence[Device], uses: Mapping[str, DeviceUse], n: int, kind: str, strategy: str
 ) -> list[Device]:
     free = [d for d in devs if d.kind == kind and d.healthy and _idle(uses.get(d.id, DeviceUse()))]
-    if len(free) < n:
-        healthy = sum(1 for d in devs if d.kind == kind and d.healthy)
-        raise NoFit(f"{n} whole {kind} wanted, {len(free)} idle of {healthy} healthy")
+    whole = [d for d in free if not d.partition_of]
+    if n == 1 and not whole and free:
+        return [min(free, key=lambda d: (d.index, d.id))]
+    if len(whole) < n:
+        healthy = sum(1 for d in devs if d.kind == kind and d.healthy and not d.partition_of)
+        parts = len(free) - len(whole)
+        raise NoFit(
+            f"{n} whole {kind} wanted, {len(whole)} idle of {healthy} healthy"
+            + (f" ({parts} idle partitions serve 1-GPU containers only)" if parts else "")
+        )
+    free = whole
     for domain in ("island", "numa"):
         groups: dict[int, list[Device]] = {}
         for d in free:
@@ -73,7 +83,7 @@ def _pick_shared(
 ) -> Device:
     best: tuple[tuple[int, int, int], Device] | None = None
     for d in devs:
-        if d.kind != "GPU" or not d.healthy:
+        if d.kind != "GPU" or not d.healthy or d.partition_of:
             continue
         u = uses.get(d.id, DeviceUse())
         fc, fm = _free_core(d, u), _free_mem(d, u)
@@ -90,7 +100,7 @@ def _pick_shared(
                 f"{d.id}: {_free_core(d, uses.get(d.id, DeviceUse()))} core "
                 f"{_free_mem(d, uses.get(d.id, DeviceUse()))} GiB"
                 for d in devs
-                if d.kind == "GPU" and d.healthy
+                if d.kind == "GPU" and d.healthy and not d.partition_of
             )
             or "no healthy GPU"
         )

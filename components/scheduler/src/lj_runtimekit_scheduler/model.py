@@ -169,6 +169,8 @@ class Device:
     numa: int = -1
     island: int = -1
     index: int = 0
+    partition_of: str = ""
+    """For a MIG instance or TDM slice: the GPU it divides (``id`` is the partition's)."""
 
 
 @dataclass(frozen=True)

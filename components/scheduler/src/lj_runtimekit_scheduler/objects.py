@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from . import quantity
@@ -173,19 +174,37 @@ def node(raw: Json) -> Node:
 
 
 def node_devices(raw: Json) -> tuple[str, tuple[Device, ...]]:
-    """(node name, devices) of a NodeDevices object."""
+    """(node name, devices) of a NodeDevices object.
+
+    A MIG- or TDM-partitioned GPU is not a whole GPU: it becomes its partitions that the device
+    plugin advertises as whole ``aliyun.com/gpu`` units (MIG strategy single, TDM slices).
+    Partitions advertised under another resource (MIG strategy mixed) are not ours to place.
+    """
     node_name = (raw.get("spec") or {}).get("nodeName") or raw["metadata"]["name"]
     devices = []
     for i, d in enumerate((raw.get("status") or {}).get("devices") or ()):
-        devices.append(
-            Device(
-                id=d["id"],
-                kind=d.get("kind", "GPU"),
-                memory_gib=int(d.get("memoryBytes", 0)) // 2**30,
-                healthy=bool(d.get("healthy", False)),
-                numa=int(d.get("numaNode", -1)),
-                island=int(d.get("nvlinkIsland", -1)),
-                index=int(d.get("index", i)),
-            )
+        dev = Device(
+            id=d["id"],
+            kind=d.get("kind", "GPU"),
+            memory_gib=int(d.get("memoryBytes", 0)) // 2**30,
+            healthy=bool(d.get("healthy", False)),
+            numa=int(d.get("numaNode", -1)),
+            island=int(d.get("nvlinkIsland", -1)),
+            index=int(d.get("index", i)),
         )
+        parts = d.get("partitions") or ()
+        if d.get("partitionMode", "NONE") in ("MIG", "TDM") and parts:
+            devices += [
+                replace(
+                    dev,
+                    id=p["id"],
+                    memory_gib=int(p.get("memoryBytes", 0)) // 2**30,
+                    healthy=dev.healthy and bool(p.get("healthy", False)),
+                    partition_of=dev.id,
+                )
+                for p in parts
+                if p.get("resource", GPU) == GPU
+            ]
+        else:
+            devices.append(dev)
     return node_name, tuple(devices)
