@@ -63,6 +63,21 @@ def test_domains_smallest_level_first_then_cluster() -> None:
     assert gang.domains(labels, ["block", "rack"], "block") == [["c"], ["a", "b"]]
 
 
+def test_a_rack_is_a_domain_only_inside_one_block() -> None:
+    # rack labels that cut across blocks (or repeat in each block) are not one domain
+    labels = {
+        "s1": {"block": "small", "rack": "r1"},
+        "s2": {"block": "small", "rack": "r1"},
+        "b1": {"block": "big", "rack": "r1"},
+        "b2": {"block": "big", "rack": "r2"},
+        "lone": {"rack": "r2"},
+    }
+    d = gang.domains(labels, ["block", "rack"], None)
+    racks = d[:4]
+    assert sorted(map(sorted, racks)) == [["b1"], ["b2"], ["lone"], ["s1", "s2"]]
+    assert d[4:] == [["b1", "b2"], ["s1", "s2"], sorted(labels)]
+
+
 def test_gang_is_placed_whole_in_one_domain_or_not_at_all() -> None:
     capacity = {"a": 1, "b": 1, "c": 2}
     held: dict[str, str] = {}

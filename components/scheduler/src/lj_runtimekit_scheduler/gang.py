@@ -55,16 +55,22 @@ def domains(
 ) -> list[list[str]]:
     """Candidate node sets, smallest topology level first, then the whole cluster.
 
-    ``levels`` are label keys widest first (block, rack); nodes lacking a level are not in any
-    domain of it. With ``required`` only domains of that label are offered.
+    ``levels`` are label keys widest first (block, rack). A domain of a level lies inside one
+    domain of every wider level: racks are told apart by their block too, so a rack label reused
+    in two blocks (or cut across by them) never makes one domain of both; a node without a block
+    label still has its rack. Nodes lacking a level are not in any domain of it. With
+    ``required`` only domains of that label are offered.
     """
-    order = [required] if required else list(reversed(levels))
+    if required:
+        order = [[required]]
+    else:
+        order = [list(levels[: i + 1]) for i in reversed(range(len(levels)))]
     out: list[list[str]] = []
-    for level in order:
-        groups: dict[str, list[str]] = {}
+    for keys in order:
+        groups: dict[tuple[str, ...], list[str]] = {}
         for name, labels in node_labels.items():
-            if level in labels:
-                groups.setdefault(labels[level], []).append(name)
+            if keys[-1] in labels:
+                groups.setdefault(tuple(labels.get(k, "") for k in keys), []).append(name)
         out.extend(sorted(groups.values(), key=lambda g: (len(g), g[0])))
     if not required:
         out.append(sorted(node_labels))
