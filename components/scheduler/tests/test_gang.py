@@ -101,3 +101,11 @@ def test_gang_is_placed_whole_in_one_domain_or_not_at_all() -> None:
     three = [member(i) for i in range(3)]
     assert gang.place_gang(three, [["a", "b"]], place, undo) is None
     assert capacity == {"a": 1, "b": 1, "c": 0}
+
+
+def test_may_hold_is_the_summed_free_capacity() -> None:
+    free = [{"aliyun.com/gpu": 8, "cpu": 4000}, {"aliyun.com/gpu": 3, "cpu": 1000}]
+    assert gang.may_hold({"aliyun.com/gpu": 11, "cpu": 5000}, free)
+    assert not gang.may_hold({"aliyun.com/gpu": 12}, free)
+    assert not gang.may_hold({"alibabacloud.com/ppu": 1}, free)  # a resource no node has
+    assert gang.may_hold({"alibabacloud.com/ppu": 0}, free)

@@ -195,16 +195,26 @@ class Profile:
         self.permit = [p for p, _ in plugins if isinstance(p, PermitPlugin)]
         self.pre_bind = [p for p, _ in plugins if isinstance(p, PreBindPlugin)]
         self.bind = [p for p, _ in plugins if isinstance(p, BindPlugin)]
+        # isinstance on a runtime-checkable Protocol walks its attributes: decide once
+        self._normalize = [
+            p.normalize if isinstance(p, NormalizeScorePlugin) else None for p, _ in self.score
+        ]
         self._next_start = 0
+        self._cycles = 0
+        self.sampled = True
+        """Whether this cycle's plugin durations are observed (as kube-scheduler, a sample)."""
         self._shapes: dict[Hashable, int] = {}
         """Pod shape → a small number (hashing a shape once per cycle, not once per node)."""
         self._memo: dict[str, tuple[NodeInfo, int, dict[int, Verdict]]] = {}
         """node name → (its NodeInfo, that one's version, pod shape → verdict); a new version
         drops the old verdicts."""
         self.observe: Callable[[str, str, float], None] = lambda point, name, s: None
+        self.sample_every = 10
+        """Plugin durations are observed in one cycle of this many (kube-scheduler: 10 %)."""
 
     def _timed(self, point: str, name: str, t0: float) -> None:
-        self.observe(point, name, time.perf_counter() - t0)
+        if self.sampled:
+            self.observe(point, name, time.perf_counter() - t0)
 
     def _scores(self, cs: CycleState, pod: Pod, info: NodeInfo, spent: list[float]) -> Scores:
         out = []
@@ -269,8 +279,9 @@ class Profile:
         if names is None and infos:
             self._next_start = (start + seen) % len(infos)
         self._timed("Filter", "all", t0)
-        for k, (sp, _) in enumerate(self.score):
-            self.observe("Score", sp.NAME, spent[k])
+        if self.sampled:
+            for k, (sp, _) in enumerate(self.score):
+                self.observe("Score", sp.NAME, spent[k])
 
     def find_node(
         self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None = None
@@ -284,6 +295,8 @@ class Profile:
         in this cycle when its verdict was remembered, so plugins that keep per-cycle state
         (GpuFit's device choice) have it.
         """
+        self._cycles += 1
+        self.sampled = (self._cycles - 1) % self.sample_every == 0  # first cycle sampled
         skipped: set[str] = set()
         for p in self.pre_filter:
             t0 = time.perf_counter()
@@ -314,9 +327,10 @@ class Profile:
                 spent = [0.0] * len(self.score)
                 raw = [self._scores(cs, pod, info, spent) for info in feasible]
             total = dict.fromkeys((i.node.name for i in feasible), 0)
-            for k, (sp, weight) in enumerate(self.score):
+            for k, (_, weight) in enumerate(self.score):
                 scores = {info.node.name: r[k] for info, r in zip(feasible, raw, strict=True)}
-                norm = sp.normalize(scores) if isinstance(sp, NormalizeScorePlugin) else scores
+                normalize = self._normalize[k]
+                norm = normalize(scores) if normalize else scores
                 for n, v in norm.items():
                     total[n] += weight * v
             best = max(total.items(), key=lambda kv: (kv[1], kv[0]))[0]

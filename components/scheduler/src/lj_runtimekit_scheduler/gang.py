@@ -77,6 +77,13 @@ def domains(
     return out
 
 
+def may_hold(need: Mapping[str, int], free: Sequence[Mapping[str, int]]) -> bool:
+    """Whether nodes with ``free`` capacity could hold requests summing to ``need``: the summed
+    free capacity covers every resource. Necessary, not sufficient (a pod fits on one node):
+    it only spares walking a domain that is too small, member by member."""
+    return all(sum(f.get(r, 0) for f in free) >= n for r, n in need.items() if n > 0)
+
+
 Place = Callable[[Pod, list[str]], str | None]
 """Try one member on the given nodes; assume it and return its node, or None."""
 

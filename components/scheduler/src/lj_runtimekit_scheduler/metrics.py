@@ -24,7 +24,8 @@ class Metrics:
         )
         self._plugin = Histogram(
             "lj_scheduler_plugin_execution_duration_seconds",
-            "Time in one extension point of one plugin (Filter is timed over all nodes).",
+            "Time in one extension point of one plugin (Filter is timed over all nodes), "
+            "observed in one scheduling cycle of ten, as kube-scheduler samples it.",
             ["extension_point", "plugin"],
             buckets=_BUCKETS,
             registry=self.registry,

@@ -155,7 +155,19 @@ class Scheduler:
             return
         t0 = time.perf_counter()
         labels = {n: i.node.label_map() for n, i in self.state.nodes.items()}
-        candidates = gang.domains(labels, self.settings.topology_labels, gid.topology)
+        need: dict[str, int] = {}
+        for p in members:
+            for r, v in p.requests.items():
+                need[r] = need.get(r, 0) + v
+        free = {
+            n: {r: a - i.requested.get(r, 0) for r, a in i.node.allocatable.items()}
+            for n, i in self.state.nodes.items()
+        }
+        candidates = [
+            names
+            for names in gang.domains(labels, self.settings.topology_labels, gid.topology)
+            if gang.may_hold(need, [free[n] for n in names])
+        ]
         states: dict[str, CycleState] = {}
         last: list[Result] = []
 
@@ -174,7 +186,13 @@ class Scheduler:
         for p in members:
             self.queue.take(p.uid)
         if placement is None:
-            why = summary(last[0], len(self.state.nodes)) if last else "no nodes"
+            if last:
+                why = summary(last[0], len(self.state.nodes))
+            elif self.state.nodes:
+                asked = ", ".join(f"{r}={v}" for r, v in sorted(need.items()) if v)
+                why = f"no domain has the free capacity for the members' sum ({asked})"
+            else:
+                why = "no nodes"
             msg = f"gang {gid.key} of {len(members)} does not fit in any one domain: {why}"
             for p in members:
                 self._unschedulable(p, Result(None, {}), msg)
