@@ -10,7 +10,7 @@ this module only decides and says what the mark becomes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +96,20 @@ def parse(text: str) -> Assignment:
     return Assignment(node=node, assumed_at=at, containers=out)
 
 
+def on_node(pods: Iterable[PodView], node: str) -> Iterator[tuple[PodView, Assignment]]:
+    """The pods carrying a readable assignment for ``node``, with it (malformed ones skipped)."""
+    for pod in pods:
+        text = pod.annotations.get(ASSIGNMENT)
+        if text is None:
+            continue
+        try:
+            a = parse(text)
+        except BadAssignment:
+            continue
+        if a.node == node:
+            yield pod, a
+
+
 def units_asked(shares: Iterable[Share], kind: str) -> int:
     """Units of ``kind`` (gpu-core or gpu-memory) an assigned container gets."""
     return sum(s.core if kind == "gpu-core" else s.memory_gib for s in shares)
@@ -163,16 +177,7 @@ def candidates(
     taken = set(claimed)
     held = held or {}
     out = []
-    for pod in pods:
-        text = pod.annotations.get(ASSIGNMENT)
-        if text is None:
-            continue
-        try:
-            a = parse(text)
-        except BadAssignment:
-            continue
-        if a.node != node:
-            continue
+    for pod, a in on_node(pods, node):
         done = marks(pod.annotations)
         for name, shares in a.containers.items():
             answered = done.get(name, {})
@@ -236,16 +241,7 @@ def whole_intent(
     free, must = set(available), set(must_include)
     best: tuple[tuple[str, str, str, str], tuple[str, ...]] | None = None
     reserved: set[str] = set()
-    for pod in pods:
-        text = pod.annotations.get(ASSIGNMENT)
-        if text is None:
-            continue
-        try:
-            a = parse(text)
-        except BadAssignment:
-            continue
-        if a.node != node:
-            continue
+    for pod, a in on_node(pods, node):
         for name, shares in a.containers.items():
             reserved.update(s.id for s in shares if not s.whole)
             ids = tuple(sorted(s.id for s in shares if s.whole))
