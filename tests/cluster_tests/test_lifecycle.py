@@ -42,8 +42,11 @@ def test_up_prints_kubeconfig_and_down_leaves_no_process(tmp_path: Path) -> None
     assert not (tmp_path / "state.json").exists()
 
 
+# The holder restores Ctrl-C's default: a test run started in the background (`make test &`,
+# nohup, some CI runners) hands its children SIGINT ignored, and Python keeps an inherited ignore.
 _HOLDER = """
-import json, sys, threading
+import json, signal, sys, threading
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from lj_runtimekit_testkit.cluster.launcher import ControlPlane
 cp = ControlPlane()
 cp.start()
