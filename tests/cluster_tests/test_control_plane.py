@@ -34,6 +34,11 @@ def _pod_spec() -> client.V1PodSpec:
 
 def test_gpu_nodes_become_ready_with_their_capacity(cluster: Cluster) -> None:
     names = cluster.create_gpu_nodes(2, prefix="cap", gpus=4, enable=True)
+    for name in names:
+        # returned only once schedulable: the apiserver's not-ready taint is lifted too
+        spec = cluster.core().read_node(name).spec
+        assert spec is not None
+        assert not [t.key for t in spec.taints or [] if t.key.startswith("node.kubernetes.io/")]
     node = cluster.core().read_node(names[0])
     assert node.status is not None
     assert node.status.allocatable is not None

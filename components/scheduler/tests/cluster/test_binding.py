@@ -71,6 +71,27 @@ async def test_oversized_gang_binds_nothing(
     assert not any(gpu_cluster.nodes_of(names).values())
 
 
+async def test_a_16_pod_jobset_gang_lands_inside_one_block(
+    gpu_cluster: Any, scheduler: Callable[..., Any]
+) -> None:
+    # the harness labels racks by node index, across the blocks set here: a rack holding nodes
+    # of both blocks must not count as one domain (it did, and the gang spanned the blocks)
+    small = gpu_cluster.gpu_nodes(3, gpus=8, labels={"network.topology/block": "small"})
+    big = gpu_cluster.gpu_nodes(5, gpus=8, labels={"network.topology/block": "big"})
+    scheduler()
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": "train",
+        "jobset.sigs.k8s.io/replicatedjob-replicas": "16",
+    }
+    # 16 × 2 GPUs = 4 nodes' worth: only the 5-node block holds it whole
+    names = [
+        gpu_cluster.pod(f"train-{i}", {"aliyun.com/gpu": "2"}, labels=labels) for i in range(16)
+    ]
+    bound = await gpu_cluster.wait_bound(names, deadline_s=90)
+    assert set(bound.values()) <= set(big)
+    assert not set(bound.values()) & set(small)
+
+
 async def test_an_exclusive_block_gang_waits_whole_when_no_block_holds_it(
     gpu_cluster: Any, scheduler: Callable[..., Any]
 ) -> None:

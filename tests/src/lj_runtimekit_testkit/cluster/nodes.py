@@ -118,8 +118,23 @@ def create_nodes(
         list(pool.map(create, enumerate(names)))
 
 
+_NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+def _schedulable(node: client.V1Node) -> bool:
+    """Ready=True, and the not-ready taint gone: the apiserver taints every new node
+    ``node.kubernetes.io/not-ready:NoSchedule`` and the node-lifecycle controller lifts it only
+    some time after KWOK reports Ready, so a Ready node can still refuse pods for a while."""
+    conds = (node.status.conditions or []) if node.status else []
+    taints = (node.spec.taints or []) if node.spec else []
+    return any(c.type == "Ready" and c.status == "True" for c in conds) and not any(
+        t.key in _NOT_READY_TAINTS for t in taints
+    )
+
+
 def wait_nodes_ready(api: client.ApiClient, names: list[str], deadline_s: float = 120.0) -> None:
-    """Return when every named node reports Ready=True (KWOK's node-initialize stage ran)."""
+    """Return when every named node is Ready=True (KWOK's node-initialize stage ran) and no
+    longer carries the not-ready taint, so a scheduler may place pods on it."""
     core = client.CoreV1Api(api)
     wanted = set(names)
     deadline = time.monotonic() + deadline_s
@@ -128,8 +143,7 @@ def wait_nodes_ready(api: client.ApiClient, names: list[str], deadline_s: float 
         ready = {
             str(n.metadata.name if n.metadata else "")
             for n in core.list_node(label_selector="type=kwok").items
-            if n.status
-            and any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+            if _schedulable(n)
         }
         missing = wanted - ready
         if not missing:
@@ -137,8 +151,9 @@ def wait_nodes_ready(api: client.ApiClient, names: list[str], deadline_s: float 
         if time.monotonic() > deadline:
             sample = sorted(missing)[:5]
             raise TimeoutError(
-                f"{len(missing)} of {len(wanted)} KWOK nodes not Ready within {deadline_s:.0f} s "
-                f"(e.g. {sample}): check the kwok log"
+                f"{len(missing)} of {len(wanted)} KWOK nodes not Ready and untainted within "
+                f"{deadline_s:.0f} s "
+                f"(e.g. {sample}): check the kwok and kube-controller-manager logs"
             )
         time.sleep(interval)
         interval = min(interval * 1.5, 1.0)
