@@ -63,6 +63,20 @@ def test_domains_smallest_level_first_then_cluster() -> None:
     assert gang.domains(labels, ["block", "rack"], "block") == [["c"], ["a", "b"]]
 
 
+def test_members_already_placed_keep_the_rest_in_their_domains() -> None:
+    labels = {
+        "a": {"block": "b1", "rack": "r1"},
+        "b": {"block": "b1", "rack": "r2"},
+        "c": {"block": "b2", "rack": "r3"},
+    }
+    levels = ["block", "rack"]
+    assert gang.domains(labels, levels, None, ["b"]) == [["b"], ["a", "b"], ["a", "b", "c"]]
+    assert gang.domains(labels, levels, None, ["a", "b"]) == [["a", "b"], ["a", "b", "c"]]
+    # exclusive topology: a member split from its block has no domain left, never another block
+    assert gang.domains(labels, levels, "block", ["a", "c"]) == []
+    assert gang.domains(labels, levels, "block", ["c"]) == [["c"]]
+
+
 def test_a_rack_is_a_domain_only_inside_one_block() -> None:
     # rack labels that cut across blocks (or repeat in each block) are not one domain
     labels = {

@@ -5,6 +5,7 @@ import json
 from typing import Any
 
 from lj_runtimekit_scheduler import objects
+from lj_runtimekit_scheduler.errors import TemporaryError
 from lj_runtimekit_scheduler.metrics import Metrics
 from lj_runtimekit_scheduler.model import ASSIGNMENT_ANNOTATION, Device, Pod
 from lj_runtimekit_scheduler.queue import SchedulingQueue
@@ -18,8 +19,13 @@ class Edge:
         self.bound: dict[str, str] = {}
         self.annotations: dict[str, dict[str, str]] = {}
         self.events: list[tuple[str, str, str]] = []
+        self.fail_once: set[str] = set()
+        """Pods whose first binding the apiserver refuses."""
 
     async def bind(self, pod: Pod, node: str, annotations: dict[str, str]) -> None:
+        if pod.name in self.fail_once:
+            self.fail_once.discard(pod.name)
+            raise TemporaryError("apiserver unavailable")
         self.bound[pod.name] = node
         self.annotations[pod.name] = dict(annotations)
 
@@ -120,6 +126,27 @@ async def test_gang_waits_whole_then_lands_in_one_block() -> None:
     sched.queue.add(gpu_pod("g3", {"aliyun.com/gpu": "4"}, **group), 0)
     sched.queue.cluster_changed(sched.clock())
     await asyncio.sleep(0)
+    sched.queue.flush(sched.clock() + 100)
+    while (pod := sched.queue.pop(sched.clock() + 100)) is not None:
+        sched.schedule(pod)
+        await sched.drain()
+    assert sorted(edge.bound) == ["g0", "g1", "g2", "g3"]
+    assert set(edge.bound.values()) == {"a1", "a2"}
+
+
+async def test_a_member_whose_binding_failed_rejoins_its_gang_s_domain() -> None:
+    # block C (one node) is the smallest domain: too small for the gang, not for one member
+    sched, edge, _ = setup({"a1": "A", "a2": "A", "c1": "C"})
+    group = {
+        "lj-runtimekit-scheduler/pod-group": "g",
+        "lj-runtimekit-scheduler/pod-group-size": "4",
+    }
+    edge.fail_once.add("g3")
+    for i in range(4):
+        sched.queue.add(gpu_pod(f"g{i}", {"aliyun.com/gpu": "4"}, **group), 0)
+    await run_until_idle(sched)
+    assert sorted(edge.bound) == ["g0", "g1", "g2"]
+    assert any(p == "g3" and "binding to" in m for p, _, m in edge.events)
     sched.queue.flush(sched.clock() + 100)
     while (pod := sched.queue.pop(sched.clock() + 100)) is not None:
         sched.schedule(pod)

@@ -9,7 +9,7 @@ a joint placement is found and assumed in one step, so competing gangs cannot de
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from .model import POD_GROUP_ANNOTATION, POD_GROUP_SIZE_ANNOTATION, Pod
@@ -51,7 +51,10 @@ def gang_of(pod: Pod) -> GangId | None:
 
 
 def domains(
-    node_labels: Mapping[str, Mapping[str, str]], levels: Sequence[str], required: str | None
+    node_labels: Mapping[str, Mapping[str, str]],
+    levels: Sequence[str],
+    required: str | None,
+    holding: Collection[str] = (),
 ) -> list[list[str]]:
     """Candidate node sets, smallest topology level first, then the whole cluster.
 
@@ -59,7 +62,9 @@ def domains(
     domain of every wider level: racks are told apart by their block too, so a rack label reused
     in two blocks (or cut across by them) never makes one domain of both; a node without a block
     label still has its rack. Nodes lacking a level are not in any domain of it. With
-    ``required`` only domains of that label are offered.
+    ``required`` only domains of that label are offered. ``holding`` are the nodes of members
+    already placed (a member whose binding failed comes back alone): only domains containing
+    all of them are offered, so the rest joins its gang rather than the smallest free domain.
     """
     if required:
         order = [[required]]
@@ -74,6 +79,9 @@ def domains(
         out.extend(sorted(groups.values(), key=lambda g: (len(g), g[0])))
     if not required:
         out.append(sorted(node_labels))
+    if holding:
+        held = set(holding)
+        out = [d for d in out if held.issubset(d)]
     return out
 
 

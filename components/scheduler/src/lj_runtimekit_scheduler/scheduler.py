@@ -145,8 +145,8 @@ class Scheduler:
             and (p := self.queue.get(uid)) is not None
             and gang.gang_of(p) == gid
         ]
-        bound = sum(1 for p, _, _ in self.state.pods.values() if gang.gang_of(p) == gid)
-        missing = gid.size - bound - len(members)
+        held = [n for p, n, _ in self.state.pods.values() if gang.gang_of(p) == gid]
+        missing = gid.size - len(held) - len(members)
         if missing > 0:
             # only the pod just tried is told: the others were when they were tried, and telling
             # every member at every arrival would be n² Events for an n-pod gang
@@ -165,7 +165,7 @@ class Scheduler:
         }
         candidates = [
             names
-            for names in gang.domains(labels, self.settings.topology_labels, gid.topology)
+            for names in gang.domains(labels, self.settings.topology_labels, gid.topology, held)
             if gang.may_hold(need, [free[n] for n in names])
         ]
         states: dict[str, CycleState] = {}
