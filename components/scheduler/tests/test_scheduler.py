@@ -155,6 +155,33 @@ async def test_a_member_whose_binding_failed_rejoins_its_gang_s_domain() -> None
     assert set(edge.bound.values()) == {"a1", "a2"}
 
 
+async def test_a_gang_incomplete_past_its_timeout_is_warned_about_once() -> None:
+    sched, edge, _ = setup({"a1": "A"})
+    now = [0.0]
+    sched.clock = lambda: now[0]
+    group = {
+        "lj-runtimekit-scheduler/pod-group": "g",
+        "lj-runtimekit-scheduler/pod-group-size": "3",
+    }
+    for i in range(2):
+        sched.queue.add(gpu_pod(f"g{i}", {"aliyun.com/gpu": "1"}, **group), 0)
+
+    def warnings() -> list[str]:
+        return [m for _, r, m in edge.events if r == "GangIncomplete"]
+
+    await run_until_idle(sched)
+    seen = [len(warnings())]
+    for at in (30.0, 61.0, 200.0):  # each retry of the parked members
+        now[0] = at
+        sched.queue.cluster_changed(at)
+        sched.queue.flush(at + 100)
+        await run_until_idle(sched)
+        seen.append(len(warnings()))
+    assert seen == [0, 0, 1, 1]
+    assert "has 2 of 3 members after 60 s" in warnings()[0]
+    assert edge.bound == {}
+
+
 async def test_unfit_pod_gets_a_failed_scheduling_event_naming_the_gpus() -> None:
     sched, edge, _ = setup({"n1": "b1"})
     sched.queue.add(gpu_pod("big", {"aliyun.com/gpu": "9"}), 0)

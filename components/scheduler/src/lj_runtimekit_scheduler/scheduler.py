@@ -17,7 +17,7 @@ from .errors import SchedulerError
 from .framework import Binder, CycleState, Profile, Result
 from .gpu import Choice
 from .metrics import Metrics
-from .model import Pod
+from .model import POD_GROUP_SIZE_ANNOTATION, Pod
 from .plugins import gpu_fit
 from .queue import SchedulingQueue
 from .settings import Settings
@@ -67,6 +67,8 @@ class Scheduler:
         self.wakeup = asyncio.Event()
         self.binding: set[asyncio.Task[None]] = set()
         self.gpu = next((p for p in profile.pre_bind if isinstance(p, gpu_fit.GpuFit)), None)
+        self.gang_waiting: dict[str, float | None] = {}
+        """Incomplete gangs: when first seen waiting; None once warned it is overdue."""
 
     def poke(self) -> None:
         self.wakeup.set()
@@ -152,7 +154,9 @@ class Scheduler:
             # every member at every arrival would be n² Events for an n-pod gang
             msg = f"gang {gid.key}: waiting for {missing} more of {gid.size} members; nothing held"
             self._unschedulable(first, Result(None, {}), msg)
+            self._overdue(first, gid, gid.size - missing)
             return
+        self.gang_waiting.pop(gid.key, None)
         t0 = time.perf_counter()
         labels = {n: i.node.label_map() for n, i in self.state.nodes.items()}
         need: dict[str, int] = {}
@@ -198,6 +202,24 @@ class Scheduler:
                 self._unschedulable(p, Result(None, {}), msg)
             return
         self._bind_later([(p, placement[p.uid], states[p.uid]) for p in members], t0)
+
+    def _overdue(self, pod: Pod, gid: gang.GangId, present: int) -> None:
+        """Warn once when a gang has waited ``gang_timeout_s`` for members that may never come
+        (a size that does not match the Job's pods, a member that cannot be created)."""
+        now = self.clock()
+        if len(self.gang_waiting) > 10_000:  # gangs deleted while incomplete: forget them all
+            self.gang_waiting.clear()
+        since = self.gang_waiting.setdefault(gid.key, now)
+        if since is None or now - since < self.settings.gang_timeout_s:
+            return
+        self.gang_waiting[gid.key] = None
+        msg = (
+            f"gang {gid.key} has {present} of {gid.size} members after "
+            f"{self.settings.gang_timeout_s:g} s; nothing is held while it waits; check its "
+            f"size ({POD_GROUP_SIZE_ANNOTATION} or {gang.JOBSET_REPLICAS})"
+        )
+        self.recorder.event(pod, "Warning", "GangIncomplete", msg)
+        log.warning("gang_incomplete", gang=gid.key, present=present, size=gid.size)
 
     def _bind_later(self, items: list[tuple[Pod, str, CycleState]], t0: float) -> None:
         for pod, node, cs in items:

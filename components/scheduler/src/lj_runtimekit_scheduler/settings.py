@@ -92,7 +92,8 @@ class Settings:
     assume_ttl_s: float = 30.0
     """An assumed pod whose binding is never seen is forgotten after this."""
     gang_timeout_s: float = 60.0
-    """How long a partly known gang waits for its missing members before it is requeued."""
+    """After this long incomplete, a gang gets one GangIncomplete warning (it holds nothing while
+    it waits, so there is nothing to give back)."""
     topology_labels: tuple[str, ...] = (
         "network.topology/block",
         "network.topology/rack",
