@@ -32,3 +32,23 @@ def test_node_devices_and_pods_in_any_order_give_the_same_node(order: tuple[int,
     assert info.node.allocatable == {"cpu": 8000}
     assert info.requested == {"cpu": 1000}
     assert info.pods == {"uid-1"}
+
+
+def test_a_gang_s_members_are_indexed_as_they_come_and_go() -> None:
+    group = (
+        ("lj-runtimekit-scheduler/pod-group", "g"),
+        ("lj-runtimekit-scheduler/pod-group-size", "2"),
+    )
+    a = Pod("a", "ns", "a", annotations=group)
+    b = Pod("b", "ns", "b", annotations=group)
+    state = ClusterState()
+    state.assume(a, "n1", None, float("inf"))
+    state.assume(b, "n2", None, float("inf"))
+    state.add_pod(Pod("lone", "ns", "lone"), "n1")
+    (gid,) = state.gangs
+    assert state.gangs[gid] == {"a": "n1", "b": "n2"}
+    state.observe_pod(Pod("a", "ns", "a", node_name="n3", annotations=group))  # bound elsewhere
+    assert state.gangs[gid] == {"a": "n3", "b": "n2"}
+    state.forget("b")
+    state.observe_pod(Pod("a", "ns", "a", node_name="n3", phase="Succeeded", annotations=group))
+    assert state.gangs == {}

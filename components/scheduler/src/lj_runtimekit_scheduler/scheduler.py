@@ -147,7 +147,7 @@ class Scheduler:
             and (p := self.queue.get(uid)) is not None
             and gang.gang_of(p) == gid
         ]
-        held = [n for p, n, _ in self.state.pods.values() if gang.gang_of(p) == gid]
+        held = list(self.state.gangs.get(gid, {}).values())
         missing = gid.size - len(held) - len(members)
         if missing > 0:
             # only the pod just tried is told: the others were when they were tried, and telling

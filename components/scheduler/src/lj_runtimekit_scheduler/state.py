@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .gang import GangId, gang_of
 from .gpu import Choice, Slice, apply, release
 from .model import ASSIGNMENT_ANNOTATION, Device, DeviceUse, HostPort, Node, Pod, Resources
 
@@ -66,6 +67,9 @@ class ClusterState:
         """uid → (pod, node, device choice) of every pod holding resources."""
         self.assumed: dict[str, float] = {}
         """uid → deadline of an assumption not yet confirmed by the watch."""
+        self.gangs: dict[GangId, dict[str, str]] = {}
+        """gang → {uid: node} of its members in :attr:`pods` (a gang's cycle reads its own
+        members here rather than walking every pod held in the cluster)."""
         self.generation = 0
         """Bumped on every change; the queue requeues unschedulable pods when it moves."""
 
@@ -113,6 +117,8 @@ class ClusterState:
             info = self.nodes[node] = NodeInfo(Node(node, ready=False), self.devices.get(node, ()))
         self._hold(info, pod, choice, +1)
         self.pods[pod.uid] = (pod, node, choice)
+        if (gid := gang_of(pod)) is not None:
+            self.gangs.setdefault(gid, {})[pod.uid] = node
         self.generation += 1
 
     def remove_pod(self, uid: str, keep_assumed: bool = False) -> None:
@@ -124,6 +130,10 @@ class ClusterState:
         pod, node, choice = held
         if node in self.nodes:
             self._hold(self.nodes[node], pod, choice, -1)
+        if (gid := gang_of(pod)) is not None and (members := self.gangs.get(gid)) is not None:
+            members.pop(uid, None)
+            if not members:
+                del self.gangs[gid]
         self.generation += 1
 
     def observe_pod(self, pod: Pod) -> None:
