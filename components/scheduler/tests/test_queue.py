@@ -1,3 +1,4 @@
+from lj_runtimekit_scheduler import gang
 from lj_runtimekit_scheduler.model import Pod
 from lj_runtimekit_scheduler.queue import SchedulingQueue
 
@@ -51,3 +52,33 @@ def test_depth_and_done() -> None:
     assert pod is not None
     q.done(pod.uid)
     assert len(q) == 1
+
+
+def test_a_gang_s_pending_members_are_found_in_any_sub_queue() -> None:
+    def member(uid: str, group: str) -> Pod:
+        return Pod(
+            uid,
+            "ns",
+            uid,
+            annotations=(
+                ("lj-runtimekit-scheduler/pod-group", group),
+                ("lj-runtimekit-scheduler/pod-group-size", "3"),
+            ),
+        )
+
+    q = SchedulingQueue()
+    for uid in ("a", "b", "c"):
+        q.add(member(uid, "g"), 0)
+    q.add(p("lone"), 0)
+    gid = gang.gang_of(member("a", "g"))
+    assert gid is not None
+    first = q.pop(0)
+    assert first is not None
+    assert first.uid == "a"  # in flight
+    q.failed("b", 0, unschedulable=True)  # parked
+    assert [m.uid for m in q.gang_members(gid)] == ["a", "b", "c"]
+    q.add(member("c", "other"), 1)  # its group changed
+    q.delete("b")
+    assert [m.uid for m in q.gang_members(gid)] == ["a"]
+    q.done("a")
+    assert q.gang_members(gid) == []

@@ -11,6 +11,7 @@ import heapq
 import itertools
 from dataclasses import dataclass
 
+from .gang import GangId, gang_of
 from .model import Pod
 
 
@@ -37,6 +38,9 @@ class SchedulingQueue:
         self._in_heap: set[str] = set()
         self._seq = itertools.count()
         self.in_flight: set[str] = set()
+        self._gangs: dict[GangId, dict[str, None]] = {}
+        """gang → its members in the queue (insertion-ordered), so a gang's cycle finds them
+        without walking every pending pod."""
         self._next = float("inf")
         """No waiting pod becomes ready before this (keeps pop O(log n))."""
 
@@ -65,8 +69,12 @@ class SchedulingQueue:
         e = self._entries.get(pod.uid)
         if e is None:
             self._entries[pod.uid] = _Entry(pod)
+            self._join(pod)
             self._push(pod.uid, now)
             return
+        if e.pod.annotations != pod.annotations or e.pod.labels != pod.labels:
+            self._leave(e.pod)
+            self._join(pod)
         e.pod = pod
         if e.parked_at is not None:
             e.ready_at = now
@@ -74,16 +82,29 @@ class SchedulingQueue:
             self._next = now
 
     def delete(self, uid: str) -> None:
-        self._entries.pop(uid, None)
+        e = self._entries.pop(uid, None)
+        if e is not None:
+            self._leave(e.pod)
         self._in_heap.discard(uid)
         self.in_flight.discard(uid)
+
+    def _join(self, pod: Pod) -> None:
+        if (gid := gang_of(pod)) is not None:
+            self._gangs.setdefault(gid, {})[pod.uid] = None
+
+    def _leave(self, pod: Pod) -> None:
+        if (gid := gang_of(pod)) is not None and (members := self._gangs.get(gid)) is not None:
+            members.pop(pod.uid, None)
+            if not members:
+                del self._gangs[gid]
+
+    def gang_members(self, gid: GangId) -> list[Pod]:
+        """The pods of gang ``gid`` in the queue, whatever their sub-queue (or in flight)."""
+        return [self._entries[u].pod for u in self._gangs.get(gid, ())]
 
     def get(self, uid: str) -> Pod | None:
         e = self._entries.get(uid)
         return None if e is None else e.pod
-
-    def pending_uids(self) -> list[str]:
-        return list(self._entries)
 
     def take(self, uid: str) -> None:
         """Mark a pod in flight without popping it (gang members scheduled together)."""

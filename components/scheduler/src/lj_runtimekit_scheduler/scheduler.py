@@ -140,13 +140,7 @@ class Scheduler:
         log.info("pod_unschedulable", pod=pod.key, reason=msg)
 
     def schedule_gang(self, first: Pod, gid: gang.GangId) -> None:
-        members = [first] + [
-            p
-            for uid in list(self.queue.pending_uids())
-            if uid != first.uid
-            and (p := self.queue.get(uid)) is not None
-            and gang.gang_of(p) == gid
-        ]
+        members = [first] + [p for p in self.queue.gang_members(gid) if p.uid != first.uid]
         held = list(self.state.gangs.get(gid, {}).values())
         missing = gid.size - len(held) - len(members)
         if missing > 0:
