@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,22 +36,44 @@ class Gone(TemporaryError):
 
 
 class TokenBucket:
-    """Client-side rate limit, as client-go's QPS/burst."""
+    """Client-side rate limit, as client-go's QPS/burst, and first come first served.
 
-    def __init__(self, qps: float, burst: int) -> None:
+    Each caller reserves the next token, which may lie in the future (the count goes negative),
+    then sleeps until it is due, as ``golang.org/x/time/rate``'s ``Wait`` does. Waiters that
+    polled for a free token instead went back to the end of the line each time they lost the
+    race, so under a steady backlog some bindings waited many times longer than the rest.
+    """
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.qps, self.burst = qps, max(1, burst)
+        self.clock, self.sleep = clock, sleep
         self.tokens = float(self.burst)
-        self.at = time.monotonic()
+        self.at = clock()
+
+    def reserve(self) -> float:
+        """Take the next token; returns how many seconds until it is due (0: now)."""
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.qps)
+        self.at = now
+        self.tokens -= 1
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.qps
 
     async def take(self) -> None:
-        while True:
-            now = time.monotonic()
-            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.qps)
-            self.at = now
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return
-            await asyncio.sleep((1 - self.tokens) / self.qps)
+        wait = self.reserve()
+        if wait <= 0:
+            return
+        try:
+            await self.sleep(wait)
+        except asyncio.CancelledError:
+            self.tokens += 1  # hand the unused slot back: later reservations come sooner
+            raise
 
 
 def _error(status: int, body: bytes, what: str) -> Exception:
