@@ -53,9 +53,20 @@ class BoundWatch:
 
     def _run(self) -> None:
         while not self.stop.is_set():
-            resp = self.core.list_namespaced_pod(
-                self.namespace, watch=True, timeout_seconds=30, _preload_content=False
-            )
+            try:
+                self._watch_once()
+            except Exception as e:  # noqa: BLE001 - a broken watch is opened again
+                if self.stop.is_set():
+                    return  # the phase is over: the apiserver may be gone already
+                print(f"bench: pod watch broke ({e!r}), watching again", file=sys.stderr)
+                time.sleep(0.5)
+
+    def _watch_once(self) -> None:
+        """One watch (a fresh one lists every pod first, so no binding is missed)."""
+        resp = self.core.list_namespaced_pod(
+            self.namespace, watch=True, timeout_seconds=30, _preload_content=False
+        )
+        try:
             buf = b""
             for chunk in resp.stream(65536):
                 buf += chunk
@@ -69,7 +80,8 @@ class BoundWatch:
                     if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
                         self.bound[name] = now
                 if self.stop.is_set():
-                    break
+                    return
+        finally:
             resp.release_conn()
 
 
