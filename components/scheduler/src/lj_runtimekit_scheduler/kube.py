@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,21 +39,14 @@ class TokenBucket:
     """Client-side rate limit, as client-go's QPS/burst, and first come first served.
 
     Each caller reserves the next token, which may lie in the future (the count goes negative),
-    then sleeps until it is due, as ``golang.org/x/time/rate``'s ``Wait`` does. Waiters that
-    polled for a free token instead went back to the end of the line each time they lost the
-    race, so under a steady backlog some bindings waited many times longer than the rest.
+    then sleeps until it is due, as ``golang.org/x/time/rate``'s ``Wait`` does, so waiting writes
+    go out in the order they asked.
     """
 
     def __init__(
-        self,
-        qps: float,
-        burst: int,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        self, qps: float, burst: int, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.qps, self.burst = qps, max(1, burst)
-        self.clock, self.sleep = clock, sleep
+        self.qps, self.burst, self.clock = qps, max(1, burst), clock
         self.tokens = float(self.burst)
         self.at = clock()
 
@@ -70,7 +63,7 @@ class TokenBucket:
         if wait <= 0:
             return
         try:
-            await self.sleep(wait)
+            await asyncio.sleep(wait)
         except asyncio.CancelledError:
             self.tokens += 1  # hand the unused slot back: later reservations come sooner
             raise
