@@ -7,6 +7,7 @@ import asyncio
 import grpc
 import pytest
 
+from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.runtime.v1 import device_pb2 as pb
 from lj_runtimekit_testkit.simulator import Simulator
 from lj_runtimekit_testkit.simulator.clients import RuntimeClients
@@ -56,8 +57,10 @@ async def test_whole_allocation_injects_devices_and_is_listed_then_released(
     alloc = (await clients.device.Allocate(_req("aliyun.com/gpu", ["gpu-0", "gpu-1"]))).allocation
     inj = alloc.injection
     assert inj.envs["NVIDIA_VISIBLE_DEVICES"].count("GPU-") == 2
-    assert inj.annotations["xdm.amp.com/devices"] == "gpu-0,gpu-1"
-    assert all(k.startswith("xdm.amp.com") for k in inj.annotations)
+    assert inj.annotations["xdm.amp.com.devices"] == "gpu-0,gpu-1"
+    # Only keys that containerd's path.Match("xdm.amp.com*", key) passes: no "/" (contracts.md).
+    assert set(inj.annotations) <= set(sockets.INJECTION_ANNOTATION_KEYS)
+    assert not [k for k in inj.annotations if "/" in k]
     assert {n.host_path for n in inj.device_nodes} >= {
         "/dev/nvidia0",
         "/dev/nvidia1",

@@ -22,6 +22,31 @@ UNHEALTHY: Final = "Unhealthy"
 
 #: Prefix of the container annotations the lj-runtime handler reads.
 INJECTION_ANNOTATION_PREFIX: Final = "xdm.amp.com"
+#: Between the prefix and a key's name: a dot, never a slash. containerd passes an annotation to
+#: the handler only if it matches ``container_annotations = ["xdm.amp.com*"]`` with Go's
+#: ``path.Match``, where ``*`` stops at ``/`` (docs/contracts.md, "Injection annotations").
+INJECTION_ANNOTATION_SEPARATOR: Final = "."
+
+
+def injection_annotation(name: str) -> str:
+    """The injection annotation key for ``name``: ``xdm.amp.com.<name>``."""
+    return f"{INJECTION_ANNOTATION_PREFIX}{INJECTION_ANNOTATION_SEPARATOR}{name}"
+
+
+#: Every injection annotation key a Runtime returns in ``Injection.annotations`` (the last two only
+#: for shared gpu-core/gpu-memory allocations).
+INJECTION_ANNOTATION_KEYS: Final = tuple(
+    injection_annotation(n)
+    for n in (
+        "allocation-id",
+        "devices",
+        "device-uuids",
+        "node",
+        "pod-uid",
+        "core-percent",
+        "memory-bytes",
+    )
+)
 
 
 def unix_target(path: str) -> str:

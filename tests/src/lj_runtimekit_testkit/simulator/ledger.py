@@ -247,19 +247,21 @@ class Ledger:
             envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
         if Kind.PPU in kinds:
             envs["ALIXPU_VISIBLE_DEVICES"] = ",".join(str(d.index) for d, _ in targets)
-        p = ANNOTATION_PREFIX
+        # "xdm.amp.com.<name>", never "xdm.amp.com/<name>": containerd passes only keys that
+        # the handler's ["xdm.amp.com*"] matches with Go's path.Match, whose * stops at "/".
+        p = f"{ANNOTATION_PREFIX}."
         annotations = {
-            f"{p}/allocation-id": alloc_id,
-            f"{p}/devices": ",".join(req.device_ids),
-            f"{p}/device-uuids": ",".join(uuids),
-            f"{p}/node": self.node,
-            f"{p}/pod-uid": req.pod.uid,
+            f"{p}allocation-id": alloc_id,
+            f"{p}devices": ",".join(req.device_ids),
+            f"{p}device-uuids": ",".join(uuids),
+            f"{p}node": self.node,
+            f"{p}pod-uid": req.pod.uid,
         }
         if req.core_percent or req.memory_bytes:
             envs["LJ_GPU_CORE_PERCENT"] = str(req.core_percent)
             envs["LJ_GPU_MEMORY_LIMIT_BYTES"] = str(req.memory_bytes)
-            annotations[f"{p}/core-percent"] = str(req.core_percent)
-            annotations[f"{p}/memory-bytes"] = str(req.memory_bytes)
+            annotations[f"{p}core-percent"] = str(req.core_percent)
+            annotations[f"{p}memory-bytes"] = str(req.memory_bytes)
         paths = [n for d, _ in targets for n in d.device_nodes] + list(
             self.inventory.control_device_nodes
         )
