@@ -52,8 +52,9 @@ lint: setup buf ## ruff, mypy --strict, import-linter contracts, buf lint/breaki
 	$(VENV)/bin/lint-imports
 
 .PHONY: k8s-bin
-k8s-bin: ## build (first time) the test control plane binaries into ~/.cache/lj-runtimekit
+k8s-bin: ## build (first time) the test control plane and real-node binaries into ~/.cache/lj-runtimekit
 	tests/cluster/build-binaries.sh
+	tests/cluster/build-node-binaries.sh
 
 .PHONY: isolation
 isolation: $(UV) ## each component's tests in a venv that holds only that component
