@@ -55,3 +55,33 @@ def test_bad_config_is_a_clear_error(tmp_path: Path, doc: str, message: str) -> 
     f.write_text(doc)
     with pytest.raises(ConfigError, match=message):
         settings.load(["--config", str(f)], env={})
+
+
+def test_resource_names_are_read_under_the_device_plugin_s_keys(tmp_path: Path) -> None:
+    f = tmp_path / "config.yaml"
+    f.write_text(
+        "version: v1\nresource_gpu_core: example.com/vcore\nresource_ppu: example.com/npu\n"
+    )
+    names = settings.load(["--config", str(f)], env={}).resources
+    assert names.all == (
+        "aliyun.com/gpu",
+        "example.com/vcore",
+        "aliyun.com/gpu-memory",
+        "example.com/npu",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("resource_gpu_core: vcore\n", "expected <domain>/<name>"),
+        ("resource_gpu_core: aliyun.com/gpu\n", "resource names must differ"),
+        ("resource_gpu_core: ''\n", "must be a non-empty string"),
+    ],
+    ids=["no-domain", "duplicate", "empty"],
+)
+def test_a_bad_resource_name_is_a_clear_error(tmp_path: Path, text: str, error: str) -> None:
+    f = tmp_path / "config.yaml"
+    f.write_text("version: v1\n" + text)
+    with pytest.raises(ConfigError, match=error):
+        settings.load(["--config", str(f)], env={})

@@ -67,7 +67,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
     kube.identity = identity
     metrics = Metrics()
     state, queue = (
-        ClusterState(),
+        ClusterState(settings.resources),
         SchedulingQueue(
             settings.backoff_initial_s, settings.backoff_max_s, settings.unschedulable_retry_s
         ),

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .gang import gang_of
 from .model import Pod
 from .state import ClusterState, NodeInfo
 
@@ -161,8 +162,10 @@ class Walk:
 
 def shape(pod: Pod) -> Hashable:
     """Everything of a pod the Filter and Score plugins read; equal shapes get equal verdicts
-    on an unchanged node."""
+    on an unchanged node. The gang is part of it: a gang's members do not block each other
+    (AllocateHandshake), so one gang's verdict on a node is not another's."""
     return (
+        gang_of(pod),
         tuple(sorted(pod.requests.items())),
         pod.devices,
         pod.host_ports,

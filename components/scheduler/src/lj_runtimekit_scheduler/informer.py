@@ -93,12 +93,15 @@ class Informers:
         self._changed()
 
     def _devices(self, ev_type: str, obj: Json) -> None:
-        node, devices = objects.node_devices(obj)
-        self.state.set_devices(node, () if ev_type == "DELETED" else devices)
+        node, devices = objects.node_devices(obj, self.settings.resources)
+        if ev_type == "DELETED":
+            self.state.set_devices(node, ())
+        else:
+            self.state.set_devices(node, devices, objects.confirms_allocations(obj))
         self._changed()
 
     def _pod(self, ev_type: str, obj: Json) -> None:
-        pod = objects.pod(obj)
+        pod = objects.pod(obj, self.settings.resources)
         if ev_type == "DELETED":
             self.queue.delete(pod.uid)
             if pod.uid in self.state.pods:
@@ -112,10 +115,15 @@ class Informers:
                 self.poke()
             return
         self.queue.delete(pod.uid)
-        held = pod.uid in self.state.pods
+        held, was_pending = pod.uid in self.state.pods, self.state.is_pending(pod.uid)
         self.state.observe_pod(pod)
         if held and pod.uid not in self.state.pods:
             self._changed()  # a pod finished: its resources are free again
+        elif was_pending and not self.state.is_pending(pod.uid):
+            # the device plugin confirmed it: pods of the same request may go to its node now,
+            # and a gang member bound after it may be bound (the scheduler waits on poke)
+            self.queue.cluster_changed(time.monotonic())
+            self.poke()
 
     def _changed(self) -> None:
         if self.queue.cluster_changed(time.monotonic()):

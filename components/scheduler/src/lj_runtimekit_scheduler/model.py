@@ -6,15 +6,39 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-GPU = "aliyun.com/gpu"
-GPU_CORE = "aliyun.com/gpu-core"
-GPU_MEMORY = "aliyun.com/gpu-memory"
-PPU = "alibabacloud.com/ppu"
-DEVICE_RESOURCES = (GPU, GPU_CORE, GPU_MEMORY, PPU)
 CORE_PER_GPU = 100
 ASSIGNMENT_ANNOTATION = "lj-runtimekit-scheduler/gpu-assignment"
+ALLOCATED_ANNOTATION = "lj-runtimekit-device-plugin/allocated"
+"""The device plugin's mark: the kubelet has allocated this pod's devices (docs/contracts.md)."""
+ALLOCATION_ANNOTATION = "lj-runtimekit-device-plugin/allocation"
+"""What the device plugin allocated per container, with the actual device ids when it knows them."""
 POD_GROUP_ANNOTATION = "lj-runtimekit-scheduler/pod-group"
 POD_GROUP_SIZE_ANNOTATION = "lj-runtimekit-scheduler/pod-group-size"
+
+RESOURCE_KINDS = ("gpu", "gpu-core", "gpu-memory", "ppu")
+"""Our device resources by kind; their extended resource names come from the config."""
+
+
+@dataclass(frozen=True)
+class ResourceNames:
+    """The extended resource name of each kind, as the device plugin's ConfigMap names them
+    (renamed there, renamed here: guide §3.6)."""
+
+    gpu: str = "aliyun.com/gpu"
+    gpu_core: str = "aliyun.com/gpu-core"
+    gpu_memory: str = "aliyun.com/gpu-memory"
+    ppu: str = "alibabacloud.com/ppu"
+
+    def of(self, kind: str) -> str:
+        """The name of ``kind`` (one of :data:`RESOURCE_KINDS`)."""
+        return str(getattr(self, kind.replace("-", "_")))
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return tuple(self.of(k) for k in RESOURCE_KINDS)
+
+
+DEFAULT_NAMES = ResourceNames()
 
 Resources = dict[str, int]
 """Resource name → amount: ``cpu`` in millicores, ``memory`` in bytes, others in units."""
@@ -88,6 +112,13 @@ class DeviceRequest:
     @property
     def shared(self) -> bool:
         return self.core > 0 or self.memory_gib > 0
+
+    @property
+    def units(self) -> tuple[tuple[str, int], ...]:
+        """(resource kind, units) of each resource asked: what the kubelet's Allocate and
+        GetPreferredAllocation tell the device plugin of this container (no pod, no name)."""
+        counts = (("gpu", self.gpus), ("gpu-core", self.core), ("gpu-memory", self.memory_gib))
+        return tuple((k, n) for k, n in (*counts, ("ppu", self.ppus)) if n)
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,8 @@ from typing import Any
 
 from . import quantity
 from .model import (
-    DEVICE_RESOURCES,
-    GPU,
-    GPU_CORE,
-    GPU_MEMORY,
-    PPU,
+    DEFAULT_NAMES,
+    RESOURCE_KINDS,
     Device,
     DeviceRequest,
     HostPort,
@@ -19,6 +16,7 @@ from .model import (
     Pod,
     PreferredTerm,
     Requirement,
+    ResourceNames,
     Resources,
     Taint,
     Term,
@@ -95,23 +93,26 @@ def _unsupported(spec: Json) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _devices(spec: Json) -> tuple[DeviceRequest, ...]:
+def _devices(spec: Json, names: ResourceNames) -> tuple[DeviceRequest, ...]:
     out = []
     for c in spec.get("containers") or ():
         res = c.get("resources") or {}
         raw = {**(res.get("requests") or {}), **(res.get("limits") or {})}
-        if not any(r in raw for r in DEVICE_RESOURCES):
+        if not any(r in raw for r in names.all):
             continue
-        n = {r: quantity.parse(raw[r]) if r in raw else 0 for r in DEVICE_RESOURCES}
-        out.append(DeviceRequest(c["name"], n[GPU], n[GPU_CORE], n[GPU_MEMORY], n[PPU]))
+        n = {
+            k: quantity.parse(raw[names.of(k)]) if names.of(k) in raw else 0 for k in RESOURCE_KINDS
+        }
+        out.append(DeviceRequest(c["name"], n["gpu"], n["gpu-core"], n["gpu-memory"], n["ppu"]))
     return tuple(out)
 
 
-def pod(raw: Json) -> Pod:
-    """The pod as the scheduler sees it; raises ValueError/KeyError on a malformed object."""
+def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
+    """The pod as the scheduler sees it, our device resources read under ``names``; raises
+    ValueError/KeyError on a malformed object."""
     meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
     requests = effective_requests(spec)
-    devices = _devices(spec)
+    devices = _devices(spec, names)
     ports = tuple(
         HostPort(p.get("protocol", "TCP"), p.get("hostIP", "0.0.0.0"), int(p["hostPort"]))
         for c in spec.get("containers") or ()
@@ -173,7 +174,14 @@ def node(raw: Json) -> Node:
     )
 
 
-def node_devices(raw: Json) -> tuple[str, tuple[Device, ...]]:
+def confirms_allocations(raw: Json) -> bool:
+    """Whether a device plugin keeps this NodeDevices object: it always writes
+    ``status.observedAt``, and it marks each pod it allocated (docs/contracts.md). An inventory
+    written by hand (KWOK nodes of tests and benchmarks) has none, and no pod there is marked."""
+    return bool((raw.get("status") or {}).get("observedAt"))
+
+
+def node_devices(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> tuple[str, tuple[Device, ...]]:
     """(node name, devices) of a NodeDevices object.
 
     A MIG- or TDM-partitioned GPU is not a whole GPU: it becomes its partitions that the device
@@ -203,7 +211,7 @@ def node_devices(raw: Json) -> tuple[str, tuple[Device, ...]]:
                     partition_of=dev.id,
                 )
                 for p in parts
-                if p.get("resource", GPU) == GPU
+                if p.get("resource", names.gpu) == names.gpu
             ]
         else:
             devices.append(dev)

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import structlog
@@ -18,7 +18,7 @@ from .framework import Binder, CycleState, Profile, Result
 from .gpu import Choice
 from .metrics import Metrics
 from .model import POD_GROUP_SIZE_ANNOTATION, Pod
-from .plugins import gpu_fit
+from .plugins import allocate_handshake, gpu_fit
 from .queue import SchedulingQueue
 from .settings import Settings
 from .state import ClusterState
@@ -69,12 +69,21 @@ class Scheduler:
         self.gpu = next((p for p in profile.pre_bind if isinstance(p, gpu_fit.GpuFit)), None)
         self.gang_waiting: dict[str, float | None] = {}
         """Incomplete gangs: when first seen waiting; None once warned it is overdue."""
+        self.handshake = any(
+            isinstance(p, allocate_handshake.AllocateHandshake) for p in profile.filter
+        )
+        self._moved = asyncio.Event()
+        """Set (and replaced) on every poke: binds waiting for a confirmation look again."""
+        self.stopping = False
 
     def poke(self) -> None:
         self.wakeup.set()
+        self._moved.set()
+        self._moved = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
         next_depth = 0.0
+        self.stopping = False
         while not stop.is_set():
             now = self.clock()
             self.state.expire(now)
@@ -92,6 +101,8 @@ class Scheduler:
                 self.metrics.queue_depth(self.queue.depth())
                 next_depth = now + 0.25
             await asyncio.sleep(0)  # let watches and bindings progress
+        self.stopping = True
+        self.poke()
         await self.drain()
 
     async def drain(self) -> None:
@@ -216,12 +227,47 @@ class Scheduler:
         log.warning("gang_incomplete", gang=gid.key, present=present, size=gid.size)
 
     def _bind_later(self, items: list[tuple[Pod, str, CycleState]], t0: float) -> None:
-        for pod, node, cs in items:
-            task = asyncio.create_task(self._bind(pod, node, cs, t0), name=f"bind-{pod.key}")
+        after: list[list[str]] = [[] for _ in items]
+        if self.handshake and len(items) > 1:
+            placed = [(pod, node) for pod, node, _ in items]
+            after = allocate_handshake.bind_after(placed, self.state.confirming)
+        for (pod, node, cs), wait_for in zip(items, after, strict=True):
+            task = asyncio.create_task(
+                self._bind(pod, node, cs, t0, wait_for), name=f"bind-{pod.key}"
+            )
             self.binding.add(task)
             task.add_done_callback(self.binding.discard)
 
-    async def _bind(self, pod: Pod, node: str, cs: CycleState, t0: float) -> None:
+    async def _confirmed(self, uids: Sequence[str]) -> str | None:
+        """Wait until none of ``uids`` is pending on its node (confirmed by the device plugin,
+        or gone); the first one still pending after ``confirm_timeout_s``, else None."""
+        deadline = self.clock() + self.settings.confirm_timeout_s
+        while True:
+            waiting = [u for u in uids if self.state.is_pending(u)]
+            if not waiting:
+                return None
+            left = deadline - self.clock()
+            if left <= 0 or self.stopping:
+                return waiting[0]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moved.wait(), min(1.0, left))
+
+    async def _bind(
+        self, pod: Pod, node: str, cs: CycleState, t0: float, after: Sequence[str] = ()
+    ) -> None:
+        if after and (late := await self._confirmed(after)) is not None:
+            # give this member back: it rejoins its placed members' domain when tried again
+            other = self.state.pods[late][0].key if late in self.state.pods else late
+            self._undo(cs, pod, node)
+            self.metrics.attempt("error")
+            self.queue.failed(pod.uid, self.clock(), unschedulable=False)
+            msg = (
+                f"not bound to {node}: the device plugin there did not confirm pod {other}'s "
+                f"devices (same request) within {self.settings.confirm_timeout_s:g} s"
+            )
+            self.recorder.event(pod, "Warning", "FailedScheduling", msg)
+            log.warning("pod_bind_abandoned", pod=pod.key, node=node, waited_for=other)
+            return
         try:
             st = await self.profile.bind_all(cs, pod, node, self.binder)
             if not st.ok:

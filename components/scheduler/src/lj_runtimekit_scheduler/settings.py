@@ -5,6 +5,7 @@ The config file (mounted from the ConfigMap) is YAML with ``version: v1``::
     version: v1
     schedulerName: lj-runtimekit-scheduler
     gpuStrategy: binpack          # or spread
+    resource_gpu: aliyun.com/gpu  # same keys and names as the device plugin's ConfigMap
     plugins:
       - {name: NodeResourcesFit}
       - {name: GpuTopology, weight: 2}
@@ -24,6 +25,7 @@ import yaml
 
 from . import __version__
 from .errors import ConfigError
+from .model import RESOURCE_KINDS, ResourceNames
 
 DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("SchedulingGates", 0),
@@ -36,6 +38,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
     ("GpuFit", 2),
+    ("AllocateHandshake", 0),
     ("GpuTopology", 1),
     ("DefaultBinder", 0),
 )
@@ -94,6 +97,13 @@ class Settings:
     gang_timeout_s: float = 60.0
     """After this long incomplete, a gang gets one GangIncomplete warning (it holds nothing while
     it waits, so there is nothing to give back)."""
+    resources: ResourceNames = field(default_factory=ResourceNames)
+    """Extended resource names of whole GPUs, GPU core and memory shares and PPUs. Config keys
+    ``resource_gpu``, ``resource_gpu_core``, ``resource_gpu_memory``, ``resource_ppu``: the same
+    keys and defaults as the device plugin's ConfigMap, so a rename is copied line for line."""
+    confirm_timeout_s: float = 300.0
+    """How long a gang member bound after a same-shaped member on one node waits for the device
+    plugin to confirm that one's devices before it is given back to the queue."""
     topology_labels: tuple[str, ...] = (
         "network.topology/block",
         "network.topology/rack",
@@ -147,6 +157,8 @@ def parse_file(data: Any, source: str) -> dict[str, Any]:
         "topologyLabels",
         "gangTimeoutSeconds",
         "assumeTTLSeconds",
+        "confirmTimeoutSeconds",
+        *RESOURCE_KEYS,
     }
     unknown = set(data) - known
     if unknown:
@@ -168,6 +180,7 @@ def parse_file(data: Any, source: str) -> dict[str, Any]:
     for key, attr in (
         ("gangTimeoutSeconds", "gang_timeout_s"),
         ("assumeTTLSeconds", "assume_ttl_s"),
+        ("confirmTimeoutSeconds", "confirm_timeout_s"),
     ):
         if key in data:
             if not isinstance(data[key], int | float) or data[key] <= 0:
@@ -175,7 +188,25 @@ def parse_file(data: Any, source: str) -> dict[str, Any]:
             out[attr] = float(data[key])
     if "plugins" in data:
         out["plugins"] = _plugins(data["plugins"], source)
+    if any(k in data for k in RESOURCE_KEYS):
+        out["resources"] = _resource_names(data, source)
     return out
+
+
+RESOURCE_KEYS = tuple("resource_" + k.replace("-", "_") for k in RESOURCE_KINDS)
+
+
+def _resource_names(data: Mapping[str, Any], source: str) -> ResourceNames:
+    given = {
+        k.removeprefix("resource_"): _str(data[k], source, k) for k in RESOURCE_KEYS if k in data
+    }
+    names = ResourceNames(**given)
+    for key, n in zip(RESOURCE_KEYS, names.all, strict=True):
+        if n.count("/") != 1 or not all(n.split("/")):
+            raise ConfigError(f"{source}: {key} {n!r}: expected <domain>/<name>")
+    if len(set(names.all)) != len(names.all):
+        raise ConfigError(f"{source}: resource names must differ: {list(names.all)}")
+    return names
 
 
 def _str(value: Any, source: str, key: str) -> str:

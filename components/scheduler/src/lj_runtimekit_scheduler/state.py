@@ -7,12 +7,34 @@ before the binding comes back through the watch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
+from . import assignment
 from .gang import GangId, gang_of
-from .gpu import Choice, Slice, apply, release
-from .model import ASSIGNMENT_ANNOTATION, Device, DeviceUse, HostPort, Node, Pod, Resources
+from .gpu import Choice, apply, release
+from .model import DEFAULT_NAMES, Device, DeviceUse, HostPort, Node, Pod, ResourceNames, Resources
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A pod on a node whose devices the device plugin has not confirmed yet (docs/contracts.md):
+    the kubelet's next Allocate of one of these ``units`` may be its."""
+
+    pod: str
+    """namespace/name, for the reason shown to the pods it blocks."""
+    gang: GangId | None
+    units: frozenset[tuple[str, int]]
+    """(resource kind, unit count) of every container's every device resource."""
+
+
+def pending(pod: Pod, choice: Choice | None) -> Pending | None:
+    """``pod`` as a pending allocation, or None: it has a decision, no mark of the device plugin
+    yet, is not being deleted and has not started (the kubelet allocates every container's
+    devices at admission, before any container runs)."""
+    if choice is None or pod.deleting or pod.phase == "Running" or assignment.confirmed(pod):
+        return None
+    units = frozenset(u for d in pod.devices for u in d.units)
+    return Pending(pod.key, gang_of(pod), units) if units else None
 
 
 @dataclass
@@ -25,44 +47,23 @@ class NodeInfo:
     ports: set[HostPort] = field(default_factory=set)
     device_use: dict[str, DeviceUse] = field(default_factory=dict)
     pods: set[str] = field(default_factory=set)
+    confirms: bool = False
+    """A device plugin keeps this node's NodeDevices and marks the pods it allocated."""
+    pending: dict[str, Pending] = field(default_factory=dict)
+    """uid → the pods on this node whose allocation is not confirmed yet."""
     version: int = 0
     """Bumped whenever what the node holds or its devices change (plugins key caches on it)."""
-
-
-def assignment_of(pod: Pod) -> Choice | None:
-    """The GPU decision written on a bound pod, or None (absent or hand-edited beyond use)."""
-    raw = pod.annotation(ASSIGNMENT_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        doc = json.loads(raw)
-        return Choice(
-            tuple(
-                (
-                    c["name"],
-                    tuple(
-                        Slice(
-                            d["id"],
-                            bool(d.get("whole")),
-                            int(d.get("core", 0)),
-                            int(d.get("memoryGiB", 0)),
-                        )
-                        for d in c["devices"]
-                    ),
-                )
-                for c in doc["containers"]
-            )
-        )
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 class ClusterState:
     """Nodes and the pods on them, with assumed pods counted until their binding is seen."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: ResourceNames = DEFAULT_NAMES) -> None:
+        self.names = names
         self.nodes: dict[str, NodeInfo] = {}
         self.devices: dict[str, tuple[Device, ...]] = {}
+        self.confirming: set[str] = set()
+        """Nodes whose NodeDevices a device plugin keeps (it confirms allocations)."""
         self.pods: dict[str, tuple[Pod, str, Choice | None]] = {}
         """uid → (pod, node, device choice) of every pod holding resources."""
         self.assumed: dict[str, float] = {}
@@ -77,7 +78,7 @@ class ClusterState:
     def set_node(self, node: Node) -> None:
         info = self.nodes.get(node.name)
         if info is None:
-            info = self.nodes[node.name] = NodeInfo(node, self.devices.get(node.name, ()))
+            info = self.nodes[node.name] = self._new_info(node)
         info.node = node
         info.version += 1
         self.generation += 1
@@ -86,12 +87,23 @@ class ClusterState:
         self.nodes.pop(name, None)
         self.generation += 1
 
-    def set_devices(self, node: str, devices: tuple[Device, ...]) -> None:
+    def _new_info(self, node: Node) -> NodeInfo:
+        name = node.name
+        return NodeInfo(node, self.devices.get(name, ()), confirms=name in self.confirming)
+
+    def set_devices(self, node: str, devices: tuple[Device, ...], confirms: bool = False) -> None:
         self.devices[node] = devices
+        (self.confirming.add if confirms else self.confirming.discard)(node)
         if node in self.nodes:
             self.nodes[node].devices = devices
+            self.nodes[node].confirms = confirms
             self.nodes[node].version += 1
         self.generation += 1
+
+    def is_pending(self, uid: str) -> bool:
+        """Whether ``uid`` holds devices the device plugin has not confirmed yet."""
+        held = self.pods.get(uid)
+        return held is not None and held[1] in self.nodes and uid in self.nodes[held[1]].pending
 
     # -- pods
     def _hold(self, info: NodeInfo, pod: Pod, choice: Choice | None, sign: int) -> None:
@@ -101,9 +113,12 @@ class ClusterState:
         if sign > 0:
             info.ports.update(pod.host_ports)
             info.pods.add(pod.uid)
+            if (p := pending(pod, choice)) is not None:
+                info.pending[pod.uid] = p
         else:
             info.ports.difference_update(pod.host_ports)
             info.pods.discard(pod.uid)
+            info.pending.pop(pod.uid, None)
         if choice is not None:
             info.device_use = (apply if sign > 0 else release)(info.device_use, choice)
 
@@ -114,7 +129,7 @@ class ClusterState:
         if info is None:
             # a pod seen before its node (the watches run independently): a placeholder that
             # already has the node's devices if those came first
-            info = self.nodes[node] = NodeInfo(Node(node, ready=False), self.devices.get(node, ()))
+            info = self.nodes[node] = self._new_info(Node(node, ready=False))
         self._hold(info, pod, choice, +1)
         self.pods[pod.uid] = (pod, node, choice)
         if (gid := gang_of(pod)) is not None:
@@ -143,9 +158,11 @@ class ClusterState:
                 self.remove_pod(pod.uid)
             return
         held = self.pods.get(pod.uid)
-        choice = assignment_of(pod)
+        choice = assignment.decision(pod)
         if held is not None and pod.uid in self.assumed and held[1] == pod.node_name:
             choice = choice or held[2]
+        # the devices the device plugin reports, where they differ, are what the pod holds
+        choice = assignment.held(pod, choice, self.names)
         self.assumed.pop(pod.uid, None)
         self.add_pod(pod, pod.node_name, choice)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..state import ClusterState
 from . import (
+    allocate_handshake,
     default_binder,
     gpu_fit,
     gpu_topology,
@@ -36,6 +37,7 @@ REGISTRY: dict[str, Factory] = {
         node_ports,
         node_resources_fit,
         gpu_fit,
+        allocate_handshake,
         gpu_topology,
         default_binder,
     )

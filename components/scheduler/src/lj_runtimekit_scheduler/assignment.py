@@ -1,0 +1,112 @@
+"""What a bound pod holds, read off its annotations: the scheduler's decision, corrected by the
+devices the device plugin reports it actually allocated. Pure; hand-edited values never raise.
+
+docs/contracts.md: the decision is ``lj-runtimekit-scheduler/gpu-assignment``; the device
+plugin marks the pod ``lj-runtimekit-device-plugin/allocated`` once the kubelet allocated it and
+writes ``lj-runtimekit-device-plugin/allocation``, whose containers may carry
+``"devices": {"<resource>": ["gpu-3", ...]}``: the Runtime device ids each container got.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .gpu import Choice, Slice
+from .model import (
+    ALLOCATED_ANNOTATION,
+    ALLOCATION_ANNOTATION,
+    ASSIGNMENT_ANNOTATION,
+    DEFAULT_NAMES,
+    Pod,
+    ResourceNames,
+)
+
+
+def decision(pod: Pod) -> Choice | None:
+    """The GPU decision written on a bound pod, or None (absent or hand-edited beyond use)."""
+    raw = pod.annotation(ASSIGNMENT_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+        return Choice(
+            tuple(
+                (
+                    c["name"],
+                    tuple(
+                        Slice(
+                            d["id"],
+                            bool(d.get("whole")),
+                            int(d.get("core", 0)),
+                            int(d.get("memoryGiB", 0)),
+                        )
+                        for d in c["devices"]
+                    ),
+                )
+                for c in doc["containers"]
+            )
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def confirmed(pod: Pod) -> bool:
+    """The device plugin has answered the kubelet's Allocate for this pod."""
+    return bool(pod.annotation(ALLOCATED_ANNOTATION))
+
+
+def actual_devices(pod: Pod) -> dict[str, dict[str, tuple[str, ...]]]:
+    """container → resource name → the device ids it got, as the device plugin reports them
+    (empty where it reports none, or the annotation is malformed)."""
+    raw = pod.annotation(ALLOCATION_ANNOTATION)
+    if not raw:
+        return {}
+    try:
+        doc: Any = json.loads(raw)
+        out: dict[str, dict[str, tuple[str, ...]]] = {}
+        for name, entry in (doc.get("containers") or {}).items():
+            devs = entry.get("devices") if isinstance(entry, dict) else None
+            if not isinstance(devs, dict):
+                continue
+            got = {
+                str(r): tuple(str(i) for i in ids)
+                for r, ids in devs.items()
+                if isinstance(ids, list) and ids
+            }
+            if got:
+                out[str(name)] = got
+        return out
+    except (ValueError, AttributeError, TypeError):
+        return {}
+
+
+def held(pod: Pod, choice: Choice | None, names: ResourceNames = DEFAULT_NAMES) -> Choice | None:
+    """What ``pod`` holds: ``choice`` (its decision), with each container's devices replaced by
+    the ones the device plugin reports where they differ. Whole devices (``gpu``, ``ppu``) are
+    replaced as a set; a share keeps its core and memory and moves to the reported GPU. So a
+    container is counted once, on the devices it really has, never on both."""
+    if choice is None:
+        return None
+    actual = actual_devices(pod)
+    if not actual:
+        return choice
+    whole_names, shared_names = (names.gpu, names.ppu), (names.gpu_core, names.gpu_memory)
+    out = []
+    for name, slices in choice.containers:
+        got = actual.get(name)
+        if not got:
+            out.append((name, slices))
+            continue
+        whole_ids = [i for r in whole_names for i in got.get(r, ())]
+        shared_id = next((ids[0] for r in shared_names if (ids := got.get(r))), None)
+        new: list[Slice] = []
+        if whole_ids:
+            new += [Slice(i, whole=True) for i in dict.fromkeys(whole_ids)]
+        else:
+            new += [s for s in slices if s.whole]
+        for s in slices:
+            if not s.whole:
+                new.append(Slice(shared_id, False, s.core, s.memory_gib) if shared_id else s)
+        out.append((name, tuple(new)))
+    return Choice(tuple(out))
