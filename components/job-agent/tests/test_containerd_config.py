@@ -134,3 +134,83 @@ def test_round_trip_on_generated_configs(
     assert (
         cc.parse(once)["plugins"][plugin]["containerd"]["runtimes"]["runc"]["runtime_type"] == "y"
     )
+
+
+RUNC_SYSTEMD = (
+    'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+    "  SystemdCgroup = true\n"
+)
+RUNC_CGROUPFS = RUNC_SYSTEMD.replace("true", "false")
+
+
+@pytest.mark.parametrize(
+    ("texts", "systemd"),
+    [
+        ([sample("v2-plain")], True),
+        ([sample("v2-nvidia")], False),
+        ([sample("v3-nvidia")], False),
+        ([sample("v3-default")], False),
+        ([sample("v3-default").replace("SystemdCgroup = false", "SystemdCgroup = true")], True),
+        ([sample("v1-legacy")], False),
+        ([], False),
+        ([sample("v2-imports"), RUNC_SYSTEMD], True),
+        ([RUNC_SYSTEMD, RUNC_CGROUPFS], False),
+        ([RUNC_SYSTEMD, "version = 2\n"], True),
+        (
+            [
+                'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+                '  default_runtime_name = "nvidia"\n'
+                '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+                "  SystemdCgroup = true\n"
+                '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+                "  SystemdCgroup = false\n"
+            ],
+            True,
+        ),
+    ],
+    ids=[
+        "v2-runc-systemd",
+        "v2-no-runc-options",
+        "v3-nvidia-systemd-but-default-runc-says-nothing",
+        "v3-containerd2-default-cgroupfs",
+        "v3-containerd2-systemd",
+        "v1-nothing",
+        "no-config",
+        "drop-in-says-systemd",
+        "later-import-overrides",
+        "later-import-silent",
+        "default-runtime-nvidia-wins",
+    ],
+)
+def test_systemd_cgroup_follows_the_nodes_own_runc(texts: list[str], systemd: bool) -> None:
+    assert cc.node_systemd_cgroup(texts) is systemd
+
+
+def test_the_handler_carries_the_given_cgroup_driver_and_a_changed_one_is_rewritten() -> None:
+    systemd = cc.with_handler(sample("v3-default"), cc.Handler(systemd_cgroup=True))
+    cgroupfs = cc.with_handler(systemd, cc.Handler(systemd_cgroup=False))
+    handler = cc.handler_in(cc.parse(cgroupfs))
+    assert handler is not None
+    assert handler["options"]["SystemdCgroup"] is False
+    assert cgroupfs.count("runtimes.lj-runtime]") == 1
+    assert cc.without_handler(cgroupfs) == sample("v3-default")
+
+
+OPERATOR_BLOCK = (
+    '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.lj-runtime]\n'
+    '        runtime_type = "io.containerd.runc.v2"  # theirs\n'
+    '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.lj-runtime.options]\n'
+    '          BinaryName = "/opt/vendor/xpu-container-runtime"\n'
+)
+
+
+def test_an_operators_block_is_told_from_ours() -> None:
+    ours = cc.with_handler(sample("v2-nvidia"))
+    assert cc.is_ours(ours)
+    legacy = ours.replace(f"  {cc.MARK}\n", "").replace(f"{cc.MARK}\n", "")
+    assert cc.MARK not in legacy
+    assert cc.is_ours(legacy), "a block of an agent before the mark, by its values"
+    theirs = cc.with_block(sample("v2-nvidia"), OPERATOR_BLOCK)
+    assert not cc.is_ours(theirs)
+    assert cc.handler_block(theirs) == OPERATOR_BLOCK
+    assert not cc.is_ours(sample("v2-nvidia"))

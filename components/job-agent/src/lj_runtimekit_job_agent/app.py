@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import posixpath
 import sys
+from pathlib import Path
 from typing import Any
 
 import structlog
 
-from . import __version__, host, logs, result
+from . import __version__, annotation_patterns, host, logs, result
+from . import containerd_config as cc
 from .containerd_config import MalformedConfig
-from .errors import JobAgentError
+from .errors import ConfigError, JobAgentError
 from .plan import FileChange, plan
 from .runtime import ConfigDaemon, RuntimeUnavailable
 from .settings import Settings
@@ -25,75 +29,142 @@ def _exit_code(error: JobAgentError) -> tuple[int, str]:
         return result.EXIT_CONFIG_REFUSED, "ContainerdConfigRefused"
     if isinstance(error, host.ContainerdNotBack):
         return result.EXIT_CONTAINERD_NOT_BACK, "ContainerdNotBack"
+    if isinstance(error, ConfigError):
+        return result.EXIT_USAGE, "InvalidSettings"
     return result.EXIT_FAILED, type(error).__name__
 
 
-def _plan(settings: Settings) -> list[FileChange]:
-    config = host.on_host(settings.host_root, settings.containerd_config)
-    return plan(
+def _read(settings: Settings, path: str) -> str | None:
+    return host.read(host.on_host(settings.host_root, path))
+
+
+def _handler(settings: Settings, config_text: str | None) -> cc.Handler:
+    """The handler to write: the guide's values, SystemdCgroup as the node's runc (or as set)."""
+    handler = cc.Handler(container_annotations=settings.annotation_patterns)
+    if settings.systemd_cgroup != "auto":
+        return handler.with_systemd_cgroup(settings.systemd_cgroup == "true")
+    texts: list[str] = []
+    if config_text is not None:
+        texts.append(config_text)
+        config_dir = posixpath.dirname(settings.containerd_config)
+        for pattern in cc.imports_of(config_text, config_dir):
+            for path in host.matching(settings.host_root, pattern):
+                if posixpath.basename(path) != cc.DROPIN_NAME:
+                    texts.append(_read(settings, path) or "")
+    return handler.with_systemd_cgroup(cc.node_systemd_cgroup(texts))
+
+
+def _plan(settings: Settings) -> tuple[list[FileChange], cc.Handler]:
+    text = _read(settings, settings.containerd_config)
+    handler = _handler(settings, text)
+    changes = plan(
         settings.action,
         settings.containerd_config,
-        host.read(config),
-        lambda p: host.read(host.on_host(settings.host_root, p)),
+        text,
+        lambda p: _read(settings, p),
         settings.new_config_version,
+        handler=handler,
     )
+    return changes, handler
 
 
 def _apply(settings: Settings, changes: list[FileChange]) -> None:
-    # Drop-ins first, the main file last: containerd reads nothing half-done either way.
+    # In the plan's order: an operator's block is saved before it is replaced, restored before
+    # its saved copy goes; containerd reads nothing half-done either way.
     for change in changes:
         path = host.on_host(settings.host_root, change.path)
         if change.after is None:
             host.remove(path)
+            log.info("containerd_config_removed", path=str(path))
         else:
-            backup = host.write_atomic(path, change.after)
+            backup = host.write_atomic(path, change.after, backup=change.backup)
             log.info("containerd_config_written", path=str(path), backup=str(backup or ""))
+
+
+def _mark_restart_pending(settings: Settings, marker: Path, changes: list[FileChange]) -> None:
+    """Durably note, before the edit, that containerd must be restarted to load it."""
+    note = {"action": settings.action, "files": [c.path for c in changes], "agent": __version__}
+    host.write_atomic(marker, json.dumps(note) + "\n", backup=False)
 
 
 async def act(settings: Settings) -> result.Result:
     """Run the action; errors surface as :class:`JobAgentError`."""
+    annotation_patterns.check(settings.annotation_patterns)
     enable = settings.action == "enable"
-    changes = _plan(settings)  # before any change: a malformed config stops everything
+    changes, handler = _plan(settings)  # before any change: a malformed config stops everything
+    marker = host.on_host(settings.host_root, settings.marker_path)
+    pending = host.read(marker) is not None
+    facts: dict[str, Any] = {
+        "containerd_changed": bool(changes),
+        "containerd_files": tuple(c.path for c in changes),
+        "restart_was_pending": pending,
+        "systemd_cgroup": handler.systemd_cgroup if enable else None,
+    }
     async with ConfigDaemon(settings.socket_dir, settings.rpc_timeout) as daemon:
         state = await daemon.state()
+        facts["runtime_version"] = state.runtime_version
         if settings.dry_run:
             for change in changes:
                 sys.stdout.write(change.diff())
+            facts["runtime_changed"] = state.enabled != enable
             return _outcome(
-                settings,
-                True,
-                "DryRun",
-                "dry run: nothing changed",
-                runtime_version=state.runtime_version,
-                runtime_changed=state.enabled != enable,
-                containerd_changed=bool(changes),
+                settings, True, "DryRun", _summary(settings, dry=True, **facts), **facts
             )
         # Enable: Runtime first, then the handler that uses it; disable in the reverse order.
         runtime_changed = False
         if enable:
             runtime_changed, state = await daemon.set_enabled(True)
-        _apply(settings, changes)
-        restarted = False
+        restart = bool(settings.restart_command) and (bool(changes) or pending)
         if changes and settings.restart_command:
+            _mark_restart_pending(settings, marker, changes)
+        _apply(settings, changes)
+        if restart:
             await host.restart_containerd(
                 settings.restart_command, settings.confirm_command, settings.restart_timeout
             )
-            restarted = True
+            host.remove(marker)
+            log.info(
+                "containerd_restarted", pending_before=pending, files=facts["containerd_files"]
+            )
         if not enable:
             runtime_changed, state = await daemon.set_enabled(False)
-    facts: dict[str, Any] = {
-        "runtime_version": state.runtime_version,
-        "runtime_changed": runtime_changed,
-        "containerd_changed": bool(changes),
-        "containerd_restarted": restarted,
-    }
+    facts.update(runtime_changed=runtime_changed, containerd_restarted=restart)
     if state.enabled != enable:
         message = f"config daemon reports enabled={state.enabled} after SetFeatures"
         return _outcome(settings, False, "RuntimeStateMismatch", message, **facts)
-    if runtime_changed or changes:
-        return _outcome(settings, True, "Done", f"{settings.action}: done", **facts)
-    message = f"{settings.action}: already in the wanted state"
-    return _outcome(settings, True, "AlreadyDone", message, **facts)
+    reason = "Done" if runtime_changed or changes or restart else "AlreadyDone"
+    return _outcome(settings, True, reason, _summary(settings, **facts), **facts)
+
+
+def _summary(settings: Settings, dry: bool = False, **facts: Any) -> str:
+    """What the run did (or, dry, would do), in words the controller records on the node."""
+    on = "on" if settings.action == "enable" else "off"
+    enable = settings.action == "enable"
+    parts = [
+        f"Runtime features {'switched' if facts['runtime_changed'] else 'already'} {on}",
+    ]
+    if facts["containerd_files"]:
+        files = ", ".join(facts["containerd_files"])
+        parts.append(f"lj-runtime handler {'written' if enable else 'removed'} ({files} edited)")
+    else:
+        where = "in" if enable else "absent from"
+        parts.append(f"lj-runtime handler already {where} {settings.containerd_config}")
+    if facts["systemd_cgroup"] is not None:
+        source = "the node's runc" if settings.systemd_cgroup == "auto" else "--systemd-cgroup"
+        parts.append(f"SystemdCgroup={str(facts['systemd_cgroup']).lower()} as {source}")
+    needed = bool(facts["containerd_files"]) or facts["restart_was_pending"]
+    if needed and not settings.restart_command:
+        parts.append("containerd NOT restarted (no --restart-command): restart it to load this")
+    elif needed and dry:
+        parts.append("containerd would be restarted")
+    elif facts.get("containerd_restarted"):
+        late = (
+            " (finishing a restart an earlier run left pending)"
+            if facts["restart_was_pending"] and not facts["containerd_files"]
+            else ""
+        )
+        parts.append(f"containerd restarted and answering{late}")
+    return f"{'dry run: ' if dry else ''}{settings.action}: " + "; ".join(parts)
 
 
 def _outcome(

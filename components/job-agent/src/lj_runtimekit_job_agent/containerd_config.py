@@ -4,6 +4,10 @@ The handler block is placed right after the ``runtimes.nvidia`` section (with it
 exactly as the guide shows. The edit is textual around the block so that every other byte, comment
 and order stays as it was; tomlkit parses the file before and after, so a malformed file is refused
 and a result that does not read back as the wanted handler is never returned.
+
+``SystemdCgroup`` follows the node's own runc (:func:`node_systemd_cgroup`): runc with the systemd
+cgroup driver on a cgroupfs node fails every container with ``expected cgroupsPath to be of format
+"slice:prefix:name"``; the guide's ``true`` is right for its systemd nodes only.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ RUNTIME_TYPE: Final = "io.containerd.runc.v2"
 CONTAINER_ANNOTATIONS: Final = ("xdm.amp.com*",)
 BINARY_NAME: Final = "/usr/local/harp/kitC/xpu-container-runtime"
 DROPIN_NAME: Final = "99-lj-runtime.toml"
+#: The first line inside every block the agent writes: tells ours from an operator's own.
+MARK: Final = "# written by lj-runtimekit-job-agent; its disable action removes it"
+#: What containerd assumes when a runc runtime's options do not say (1.x and 2.x alike).
+CONTAINERD_DEFAULT_SYSTEMD_CGROUP: Final = False
 
 #: Where the CRI runtimes live, by config version (no ``version`` key means 1).
 CRI_PLUGIN: Final = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
@@ -43,6 +51,9 @@ class Handler:
     container_annotations: tuple[str, ...] = CONTAINER_ANNOTATIONS
     binary_name: str = BINARY_NAME
     systemd_cgroup: bool = True
+
+    def with_systemd_cgroup(self, value: bool) -> Handler:
+        return Handler(self.runtime_type, self.container_annotations, self.binary_name, value)
 
     def as_table(self) -> dict[str, Any]:
         return {
@@ -133,6 +144,7 @@ def render_block(version: int, handler: Handler, indent: str = "") -> list[str]:
     inner = indent + "  "
     return [
         f"{indent}[{header}]\n",
+        f"{inner}{MARK}\n",
         f'{inner}runtime_type = "{handler.runtime_type}"\n',
         f"{inner}container_annotations = [{annotations}]\n",
         f"{inner}[{header}.options]\n",
@@ -195,6 +207,22 @@ def without_handler(text: str) -> str:
     return result
 
 
+def _insert(text: str, block: list[str] | None, handler: Handler | None = None) -> str:
+    """``text`` (without a handler) with ``block``, or ``handler`` rendered, at the handler's place.
+
+    A rendered handler takes the indentation of the runtime it follows; a given block is kept
+    byte for byte.
+    """
+    version = version_of(parse(text))
+    lines = text.splitlines(keepends=True)
+    at, indent = _insertion_point(lines, version)
+    if at > 0 and not lines[at - 1].endswith("\n"):
+        lines[at - 1] += "\n"
+    if block is None:
+        block = render_block(version, handler or Handler(), indent if at > 0 else "")
+    return "".join(lines[:at] + (["\n", *block] if at > 0 else block) + lines[at:])
+
+
 def with_handler(text: str, handler: Handler | None = None) -> str:
     """``text`` with exactly one ``lj-runtime`` block holding ``handler``, after runtimes.nvidia.
 
@@ -203,27 +231,103 @@ def with_handler(text: str, handler: Handler | None = None) -> str:
     holds the wanted handler, else :class:`MalformedConfig`.
     """
     handler = handler or Handler()
-    doc = parse(text)
-    version = version_of(doc)
-    if handler_in(doc) == handler.as_table():
+    if handler_in(parse(text)) == handler.as_table():
         return text
-    base = without_handler(text)
-    lines = base.splitlines(keepends=True)
-    at, indent = _insertion_point(lines, version)
-    if at > 0 and not lines[at - 1].endswith("\n"):
-        lines[at - 1] += "\n"
-    block = (
-        ["\n", *render_block(version, handler, indent)]
-        if at > 0
-        else render_block(version, handler)
-    )
-    result = "".join(lines[:at] + block + lines[at:])
+    result = _insert(without_handler(text), None, handler)
     if handler_in(parse(result)) != handler.as_table():
         raise MalformedConfig(
             f"adding the {HANDLER} handler does not read back as written (does the config define "
             "runtimes inline?); add it by hand"
         )
     return result
+
+
+def handler_block(text: str) -> str | None:
+    """The ``lj-runtime`` block's own lines as written (with its sub-tables), or None."""
+    doc = parse(text)
+    if handler_in(doc) is None:
+        return None
+    key = (*runtimes_path(version_of(doc)), HANDLER)
+    lines = text.splitlines(keepends=True)
+    start = _find(lines, key)
+    if start is None:
+        return None
+    block = lines[start : _block_end(lines, start, key)]
+    if block and not block[-1].endswith("\n"):
+        block[-1] += "\n"
+    return "".join(block)
+
+
+def is_ours(text: str) -> bool:
+    """Whether the config's ``lj-runtime`` handler was written by the agent (absent: False).
+
+    Ours carries :data:`MARK`; a block of an agent without the mark is recognised by its values.
+    """
+    block = handler_block(text)
+    if block is None:
+        return False
+    if MARK in block:
+        return True
+    table = handler_in(parse(text))
+    return table in (Handler().as_table(), Handler(systemd_cgroup=False).as_table())
+
+
+def with_block(text: str, block: str) -> str:
+    """``text`` with ``block`` (an operator's saved ``lj-runtime`` block) in the handler's place."""
+    result = _insert(without_handler(text), block.splitlines(keepends=True))
+    if handler_in(parse(result)) is None:
+        raise MalformedConfig(f"the saved {HANDLER} block does not read back; restore it by hand")
+    return result
+
+
+def _systemd_of(doc: dict[str, Any]) -> bool | None:
+    """SystemdCgroup of the runtime pods run with: the default runtime if runc-based, else runc."""
+    if not doc:
+        return None
+    version = version_of(doc)
+    runtimes = _dig(doc, runtimes_path(version))
+    if not isinstance(runtimes, dict):
+        return None
+    default = _dig(doc, (*runtimes_path(version)[:-1], "default_runtime_name")) or "runc"
+    for name in (default, "runc"):
+        runtime = runtimes.get(name)
+        if name == HANDLER or not isinstance(runtime, dict):
+            continue
+        if runtime.get("runtime_type", RUNTIME_TYPE) != RUNTIME_TYPE:
+            continue
+        value = _dig(runtime, ("options", "SystemdCgroup"))
+        if isinstance(value, bool):
+            return value
+    return None
+
+
+def node_systemd_cgroup(texts: list[str]) -> bool:
+    """The node's runc cgroup driver: True for systemd, False for cgroupfs.
+
+    ``texts`` are the main config then its imports in containerd's order (a later file overrides
+    an earlier one, as containerd merges them). Read from the options of the default runtime when
+    it is a runc one (else of ``runc``) in the CRI section (v1 ``cri``, v2
+    ``io.containerd.grpc.v1.cri``, v3 ``io.containerd.cri.v1.runtime``); containerd's own default,
+    False, when no file says.
+    """
+    found: bool | None = None
+    for text in texts:
+        value = _systemd_of(parse(text))
+        if value is not None:
+            found = value
+    return CONTAINERD_DEFAULT_SYSTEMD_CGROUP if found is None else found
+
+
+def imports_of(text: str, config_dir: str) -> list[str]:
+    """The config's ``imports`` as absolute host paths or globs (relative ones: to its dir)."""
+    imports = parse(text).get("imports") or []
+    if not isinstance(imports, list):
+        raise MalformedConfig(f"containerd config: imports must be a list, not {imports!r}")
+    return [
+        entry if entry.startswith("/") else f"{config_dir}/{entry}"
+        for entry in imports
+        if isinstance(entry, str)
+    ]
 
 
 def dropin_dir(text: str, config_dir: str) -> str | None:

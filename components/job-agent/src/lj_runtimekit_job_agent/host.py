@@ -72,6 +72,19 @@ def _write_beside(path: Path, data: bytes, mode: int) -> None:
         os.close(dir_fd)
 
 
+def matching(root: str, pattern: str) -> list[str]:
+    """Host paths matching ``pattern`` (a host path or glob), sorted as containerd's imports."""
+    base = Path(root)
+    found = (
+        sorted(base.glob(pattern.lstrip("/"))) if glob_chars(pattern) else [on_host(root, pattern)]
+    )
+    return ["/" + str(p.relative_to(base)) for p in found if p.is_file()]
+
+
+def glob_chars(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
 def remove(path: Path) -> bool:
     try:
         path.unlink()

@@ -34,6 +34,12 @@ class Result:
     runtime_changed: bool = False
     containerd_changed: bool = False
     containerd_restarted: bool = False
+    restart_was_pending: bool = False
+    """An earlier run edited containerd's config but its restart was not confirmed."""
+    containerd_files: tuple[str, ...] = ()
+    """The host files this run wrote or removed."""
+    systemd_cgroup: bool | None = None
+    """The handler's SystemdCgroup (enable only)."""
     runtime_version: str = ""
     time: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import posixpath
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ ENV_PREFIX = "LJ_RUNTIMEKIT_JOB_AGENT_"
 ACTIONS = ("enable", "disable")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("auto", "json", "console")
+SYSTEMD_CGROUP = ("auto", "true", "false")
 _HOST_SHELL = "nsenter --target 1 --mount --uts --ipc --net --pid --"
 
 
@@ -51,6 +53,18 @@ class Settings:
         "containerd 1.x, 3 for 2.x).",
         2,
     )
+    systemd_cgroup: str = _doc(
+        "SystemdCgroup of the lj-runtime handler: auto (follow the node's own runc runtime in "
+        "containerd's config, containerd's default false when it says nothing), true or false. "
+        "It must match the kubelet's cgroup driver: runc with systemd cgroups on a cgroupfs node "
+        "fails every container with 'expected cgroupsPath to be of format \"slice:prefix:name\"'.",
+        "auto",
+    )
+    container_annotations: str = _doc(
+        "The handler's container_annotations, comma-separated Go path.Match patterns; each "
+        "injection annotation key (docs/contracts.md) must pass one, else the agent refuses.",
+        "xdm.amp.com*",
+    )
     restart_command: str = _doc(
         "Command that restarts containerd on the host; run only when a file really changed. "
         "Empty: never restart.",
@@ -59,6 +73,13 @@ class Settings:
     confirm_command: str = _doc(
         "Command that succeeds once containerd is back; polled after the restart. Empty: no check.",
         f"{_HOST_SHELL} systemctl is-active --quiet containerd",
+    )
+    restart_marker: str = _doc(
+        "Host path of the durable 'containerd restart pending' marker: written before a config "
+        "edit, removed once the restart is confirmed, so a run after a failed or interrupted "
+        "restart restarts containerd instead of reporting success. Empty: "
+        "<containerd config dir>/.lj-runtimekit-restart-pending.",
+        "",
     )
     restart_timeout: float = _doc("Seconds to wait for containerd to be back.", 60.0)
     rpc_timeout: float = _doc("Seconds one config daemon call may take.", 10.0)
@@ -81,9 +102,25 @@ class Settings:
             raise ConfigError(f"new_config_version {self.new_config_version}: expected 2 or 3")
         if not self.containerd_config.startswith("/"):
             raise ConfigError(f"containerd_config {self.containerd_config!r}: expected a host path")
+        if self.systemd_cgroup not in SYSTEMD_CGROUP:
+            raise ConfigError(
+                f"systemd_cgroup {self.systemd_cgroup!r}: expected one of {SYSTEMD_CGROUP}"
+            )
+        if self.restart_marker and not self.restart_marker.startswith("/"):
+            raise ConfigError(f"restart_marker {self.restart_marker!r}: expected a host path")
         for name in ("restart_timeout", "rpc_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} {getattr(self, name)}: expected a positive number")
+
+    @property
+    def annotation_patterns(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.container_annotations.split(",") if p.strip())
+
+    @property
+    def marker_path(self) -> str:
+        """The restart marker's host path."""
+        directory = posixpath.dirname(self.containerd_config)
+        return self.restart_marker or posixpath.join(directory, ".lj-runtimekit-restart-pending")
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name != "action"}
