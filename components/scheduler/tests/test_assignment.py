@@ -87,6 +87,16 @@ def test_the_devices_the_device_plugin_reports_are_counted_not_the_assigned_ones
     }
 
 
+def test_devices_inside_a_container_s_entry_are_read_too() -> None:
+    doc = {
+        "containers": {
+            "train": {"aliyun.com/gpu": ["a"], "devices": {"aliyun.com/gpu": ["gpu-6", "gpu-7"]}}
+        }
+    }
+    pod = objects.pod(raw_pod({"lj-runtimekit-device-plugin/allocation": json.dumps(doc)}))
+    assert assignment.actual_devices(pod) == {"train": {"aliyun.com/gpu": ("gpu-6", "gpu-7")}}
+
+
 def test_without_reported_devices_the_decision_is_counted() -> None:
     notes = {
         "lj-runtimekit-scheduler/gpu-assignment": json.dumps(DECISION),

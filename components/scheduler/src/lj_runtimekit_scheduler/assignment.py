@@ -3,8 +3,9 @@ devices the device plugin reports it actually allocated. Pure; hand-edited value
 
 docs/contracts.md: the decision is ``lj-runtimekit-scheduler/gpu-assignment``; the device
 plugin marks the pod ``lj-runtimekit-device-plugin/allocated`` once the kubelet allocated it and
-writes ``lj-runtimekit-device-plugin/allocation``, whose containers may carry
-``"devices": {"<resource>": ["gpu-3", ...]}``: the Runtime device ids each container got.
+writes ``lj-runtimekit-device-plugin/allocation``, which may carry
+``"devices": {"<container>": {"<resource>": ["gpu-3", ...]}}``: the Runtime device ids each
+container got (also read inside a container's entry, ``"containers": {"<c>": {"devices": ...}}``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ def confirmed(pod: Pod) -> bool:
     return bool(pod.annotation(ALLOCATED_ANNOTATION))
 
 
+def _ids(per_resource: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(per_resource, dict):
+        return {}
+    return {
+        str(r): tuple(str(i) for i in ids)
+        for r, ids in per_resource.items()
+        if isinstance(ids, list) and ids
+    }
+
+
 def actual_devices(pod: Pod) -> dict[str, dict[str, tuple[str, ...]]]:
     """container → resource name → the device ids it got, as the device plugin reports them
     (empty where it reports none, or the annotation is malformed)."""
@@ -66,16 +77,11 @@ def actual_devices(pod: Pod) -> dict[str, dict[str, tuple[str, ...]]]:
         doc: Any = json.loads(raw)
         out: dict[str, dict[str, tuple[str, ...]]] = {}
         for name, entry in (doc.get("containers") or {}).items():
-            devs = entry.get("devices") if isinstance(entry, dict) else None
-            if not isinstance(devs, dict):
-                continue
-            got = {
-                str(r): tuple(str(i) for i in ids)
-                for r, ids in devs.items()
-                if isinstance(ids, list) and ids
-            }
-            if got:
+            if isinstance(entry, dict) and (got := _ids(entry.get("devices"))):
                 out[str(name)] = got
+        for name, per_resource in (doc.get("devices") or {}).items():
+            if got := _ids(per_resource):
+                out.setdefault(str(name), {}).update(got)
         return out
     except (ValueError, AttributeError, TypeError):
         return {}
