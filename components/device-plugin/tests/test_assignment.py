@@ -17,6 +17,7 @@ from lj_runtimekit_device_plugin.assignment import (
     candidates,
     marks,
     parse,
+    unique,
     whole_intent,
     with_mark,
 )
@@ -38,12 +39,46 @@ def _pod(name: str, at: str, gpu: str, *, node: str = "n1", marked: bool = False
     return PodView("ns", name, f"uid-{name}", "1", ann, {"main": {CORE: 30, MEM: 8}})
 
 
-def test_two_identical_pods_get_their_own_decisions_oldest_first() -> None:
+def test_two_identical_pending_pods_are_ambiguous_and_a_claimed_one_leaves_the_other() -> None:
     pods = [_pod("b", "2026-12-03T00:00:02Z", "gpu-1"), _pod("a", "2026-12-03T00:00:01Z", "gpu-0")]
     first = candidates(pods, "n1", CORE, "gpu-core", units=30)
-    assert [c.pod.name for c in first] == ["a", "b"]
+    chosen, ambiguous = unique(first)
+    assert chosen is None
+    assert sorted(c.pod.name for c in ambiguous) == ["a", "b"]
     second = candidates(pods, "n1", CORE, "gpu-core", units=30, claimed=[("uid-a", "main", CORE)])
-    assert [c.shares[0].id for c in second] == ["gpu-1"]
+    chosen, _ = unique(second)
+    assert chosen is not None
+    assert chosen.shares[0].id == "gpu-1"
+
+
+def test_the_unique_pending_container_wins_whatever_its_age() -> None:
+    """Pods of different shapes: each request has exactly one match, old or new."""
+    pods = [
+        _pod("old", "2026-12-03T00:00:01Z", "gpu-0"),
+        _pod("new", "2026-12-03T00:00:09Z", "gpu-1"),
+    ]
+    pods[1] = PodView(
+        "ns", "new", "uid-new", "1", pods[1].annotations, {"main": {CORE: 30, MEM: 8}}
+    )
+    pods[0] = PodView(
+        "ns",
+        "old",
+        "uid-old",
+        "1",
+        {ASSIGNMENT: pods[0].annotations[ASSIGNMENT].replace('"core": 30', '"core": 20')},
+        {"main": {CORE: 20, MEM: 8}},
+    )
+    chosen, _ = unique(candidates(pods, "n1", CORE, "gpu-core", units=30))
+    assert chosen is not None
+    assert chosen.pod.name == "new"
+
+
+def test_ended_and_deleted_pods_are_not_pending() -> None:
+    a = _pod("a", "t1", "gpu-0")
+    ended = PodView(a.namespace, "f", "uid-f", "1", a.annotations, a.requests, phase="Failed")
+    gone = PodView(a.namespace, "d", "uid-d", "1", a.annotations, a.requests, deleted=True)
+    found = candidates([a, ended, gone], "n1", CORE, "gpu-core", units=30)
+    assert [c.pod.name for c in found] == ["a"]
 
 
 def test_marked_other_node_and_mismatched_pods_are_not_candidates() -> None:
@@ -157,10 +192,9 @@ GPU = "aliyun.com/gpu"
 EIGHT = [f"gpu-{i}" for i in range(8)]
 
 
-def test_whole_intent_is_the_oldest_decision_of_that_size_still_available() -> None:
+def test_whole_intent_is_the_unique_pending_decision_of_that_size_still_available() -> None:
     pods = [
-        _whole("late", "2026-01-02T00:00:00Z", ["gpu-6", "gpu-7"]),
-        _whole("early", "2026-01-01T00:00:00Z", ["gpu-3", "gpu-5"]),
+        _whole("pair", "2026-01-01T00:00:00Z", ["gpu-3", "gpu-5"]),
         _whole("four", "2026-01-01T00:00:00Z", ["gpu-0", "gpu-1", "gpu-2", "gpu-4"]),
         _whole("elsewhere", "2025-01-01T00:00:00Z", ["gpu-0", "gpu-1"], node="n2"),
         _pod("shared", "2026-01-01T00:00:00Z", "gpu-1"),
@@ -168,13 +202,31 @@ def test_whole_intent_is_the_oldest_decision_of_that_size_still_available() -> N
     got = whole_intent(pods, "n1", GPU, size=2, available=EIGHT)
     assert got.choice == ("gpu-3", "gpu-5")
     assert got.reserved == {"gpu-1"}
-    # once the kubelet holds gpu-3 it is no longer offered: the next decision comes up
+    assert whole_intent(pods, "n1", GPU, size=4, available=EIGHT).choice == (
+        "gpu-0",
+        "gpu-1",
+        "gpu-2",
+        "gpu-4",
+    )
+    # a decision no longer available, or outside must_include, is no decision
     rest = [d for d in EIGHT if d != "gpu-3"]
-    assert whole_intent(pods, "n1", GPU, size=2, available=rest).choice == ("gpu-6", "gpu-7")
-    # must_include outside the decision rules it out
+    assert whole_intent(pods, "n1", GPU, size=2, available=rest).choice is None
     assert (
         whole_intent(pods, "n1", GPU, size=2, available=EIGHT, must_include=["gpu-0"]).choice
         is None
     )
     assert whole_intent(pods, "n1", GPU, size=3, available=EIGHT).choice is None
     assert whole_intent(pods, "n1", "alibabacloud.com/ppu", size=2, available=EIGHT).choice is None
+
+
+def test_two_pending_whole_decisions_of_one_size_are_ambiguous_not_the_oldest() -> None:
+    """The kubelet may admit the newer pod first: taking the oldest decision would give it the
+    other pod's GPUs. Two pending same-shaped decisions break the scheduler's contract; the
+    plugin falls back to topology and names both pods."""
+    pods = [
+        _whole("late", "2026-01-02T00:00:00Z", ["gpu-6", "gpu-7"]),
+        _whole("early", "2026-01-01T00:00:00Z", ["gpu-3", "gpu-5"]),
+    ]
+    got = whole_intent(pods, "n1", GPU, size=2, available=EIGHT)
+    assert got.choice is None
+    assert sorted(p.name for p, _ in got.ambiguous) == ["early", "late"]

@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
-from .assignment import WholeIntent
+from .assignment import WholeIntent, WholePending
 from .errors import DevicePluginError, PermanentError, TemporaryError
-from .model import Injection
+from .model import Allocation, Injection
+from .reconcile import PROVISIONAL_NAMESPACE, stale_whole
 from .resources import ResourceNames
-from .runtime import RuntimeClient
+from .runtime import RuntimeClient, allocations, release
 
 log = structlog.get_logger(__name__)
 
-UNATTRIBUTED_NAMESPACE = "lj-runtimekit-unattributed"
+UNATTRIBUTED_NAMESPACE = PROVISIONAL_NAMESPACE
+StaleReleaser = Callable[[list[Allocation], str], Awaitable[None]]
+"""(allocations of gone containers, resource): release them, with logs and metrics."""
+InjectionCheck = Callable[[str, Injection], None]
 
 
 class AllocateTimeout(TemporaryError):
@@ -39,6 +43,16 @@ class SharedAllocator:
     ) -> WholeIntent:
         return NO_INTENT
 
+    async def whole_owner(
+        self, resource: str, device_ids: Sequence[str], owned: set[tuple[str, str]]
+    ) -> WholePending | None:
+        return None
+
+    async def mark_whole(
+        self, owner: WholePending, resource: str, allocation_id: str, device_ids: Sequence[str]
+    ) -> None:
+        return None
+
     async def allocate(self, resource: str, units: Sequence[str]) -> Injection:
         raise PermanentError(
             f"{resource}: shared allocation needs the scheduler's decision on the pod "
@@ -55,7 +69,12 @@ class Allocator:
         names: ResourceNames,
         timeout_s: float,
         shared: SharedAllocator | None = None,
+        *,
+        release_stale: StaleReleaser | None = None,
+        check: InjectionCheck | None = None,
     ) -> None:
+        self.release_stale = release_stale
+        self.check = check or (lambda *_: None)
         self.client = client
         self.names = names
         self.timeout_s = timeout_s
@@ -87,15 +106,54 @@ class Allocator:
         if not ids:
             return Injection()
         if resource in (self.names.gpu_core, self.names.gpu_memory):
-            return await self.shared.allocate(resource, ids)
-        devices = sorted(set(ids))
-        # The kubelet does not say which pod a whole-device Allocate is for; the allocation is
-        # recorded under a placeholder pod the exporter attributes by device id instead.
+            injection = await self.shared.allocate(resource, ids)
+        else:
+            injection = await self._whole(resource, sorted(set(ids)))
+        self.check(resource, injection)
+        return injection
+
+    async def _whole(self, resource: str, devices: list[str]) -> Injection:
+        live = await allocations(self.client)
+        # The kubelet never hands a live container's device to another: a Runtime allocation
+        # still holding one of these belongs to a container that is gone.
+        stale = stale_whole(live, resource, devices)
+        if stale:
+            if self.release_stale is not None:
+                await self.release_stale(stale, resource)
+            else:
+                for a in stale:
+                    await release(self.client, a.id)
+        owned = {(a.pod[2], a.container) for a in live if a.resource == resource and a not in stale}
+        owner = await self._owner(resource, devices, owned)
+        if owner is not None:
+            pod = (owner.pod.namespace, owner.pod.name, owner.pod.uid)
+            container = owner.container
+        else:
+            # pod-resources names the container once the kubelet recorded it; reconcile re-owns
+            pod = (PROVISIONAL_NAMESPACE, "whole-" + "-".join(devices), uuid.uuid4().hex)
+            container = "unknown"
         alloc = await self.client.allocate(
-            pod=(UNATTRIBUTED_NAMESPACE, "whole-" + "-".join(devices), uuid.uuid4().hex),
-            container="unknown",
-            resource=resource,
-            device_ids=devices,
+            pod=pod, container=container, resource=resource, device_ids=devices
         )
-        log.info("allocated", resource=resource, devices=devices, allocation=alloc.id)
+        log.info(
+            "allocated",
+            resource=resource,
+            devices=devices,
+            allocation=alloc.id,
+            pod=f"{pod[0]}/{pod[1]}",
+            container=container,
+            released_first=[a.id for a in stale],
+        )
+        if owner is not None:
+            await self.shared.mark_whole(owner, resource, alloc.id, devices)
         return alloc.injection
+
+    async def _owner(
+        self, resource: str, devices: list[str], owned: set[tuple[str, str]]
+    ) -> WholePending | None:
+        try:
+            async with asyncio.timeout(min(self.timeout_s / 2, 2.0)):
+                return await self.shared.whole_owner(resource, devices, owned)
+        except (TimeoutError, DevicePluginError) as e:
+            log.warning("whole_owner_unknown", resource=resource, error=str(e) or "timeout")
+            return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -13,16 +14,29 @@ from kubernetes_asyncio.config import ConfigException
 
 from . import __version__, logs
 from .allocate import Allocator
+from .annotations import not_passed
 from .assignment import PodView
-from .handshake import SharedHandshake
+from .handshake import PodLister, SharedHandshake
 from .health import HealthFollower
 from .httpd import create_app
 from .inventory import Inventory
-from .kube import ApiserverUnavailable, MarkUpdate, Publisher, api_client, mark_pod, node_pods
+from .kube import (
+    ApiserverUnavailable,
+    MarkUpdate,
+    Publisher,
+    api_client,
+    mark_pod,
+    node_pods,
+    post_event,
+)
 from .kubelet import kubelet_pods
 from .metrics import PluginMetrics
+from .model import Injection
 from .plugins import PluginHost
-from .podview import pod_view
+from .podresources import PodResourcesClient
+from .podview import pod_state, pod_view
+from .reclaim import Reclaimer
+from .reconcile import PodState
 from .resources import ResourceNames
 from .runtime import RuntimeClient
 from .settings import Settings
@@ -90,7 +104,9 @@ async def _apiserver(s: Settings) -> Any:
         return None
 
 
-def _handshake(s: Settings, client: RuntimeClient, names: ResourceNames, api: Any) -> Any:
+def _pod_lister(s: Settings, api: Any) -> PodLister | None:
+    """The pods on this node from the configured source; None when it cannot be reached."""
+
     async def from_kubelet() -> list[PodView]:
         pods = await kubelet_pods(s.kubelet_pods_url)
         return [v for p in pods if (v := pod_view(p)) is not None]
@@ -99,13 +115,83 @@ def _handshake(s: Settings, client: RuntimeClient, names: ResourceNames, api: An
         pods = await node_pods(api, s.node_name)
         return [v for p in pods if (v := pod_view(p)) is not None]
 
+    if s.pods_source == "kubelet":
+        return from_kubelet
+    return from_apiserver if api is not None else None
+
+
+def _handshake(
+    s: Settings, client: RuntimeClient, names: ResourceNames, api: Any, pods: PodLister | None
+) -> Any:
     async def mark(pod: PodView, update: MarkUpdate) -> None:
         await mark_pod(api, pod.namespace, pod.name, pod.uid, update)
 
-    if api is None:
+    async def event(pod: PodView, reason: str, message: str) -> None:
+        await post_event(api, (pod.namespace, pod.name, pod.uid), reason, message, node=s.node_name)
+
+    if api is None or pods is None:
         return None
-    lister = from_kubelet if s.pods_source == "kubelet" else from_apiserver
-    return SharedHandshake(client, names, s.node_name, lister, mark)
+    return SharedHandshake(client, names, s.node_name, pods, mark, post_event=event)
+
+
+def ours(names: ResourceNames) -> Callable[[str], bool]:
+    """Whether a Runtime allocation's resource is one this plugin advertises."""
+    exact = {names.gpu, names.gpu_core, names.gpu_memory, names.ppu}
+    return lambda r: r in exact or r.startswith(names.gpu + "-mig-")
+
+
+def annotation_check(patterns: tuple[str, ...], metrics: PluginMetrics) -> Any:
+    told: set[str] = set()
+
+    def check(resource: str, injection: Injection) -> None:
+        bad = not_passed([k for k, _ in injection.annotations], patterns)
+        if not bad:
+            return
+        metrics.annotation_rejected.labels(resource).inc(len(bad))
+        new = [k for k in bad if k not in told]
+        if new:
+            told.update(new)
+            log.warning(
+                "injection_annotation_not_passed",
+                resource=resource,
+                keys=new,
+                patterns=list(patterns),
+                effect="containerd drops these annotations: the lj-runtime handler never sees them",
+                fix="the Runtime must use keys the handler's container_annotations pass "
+                "(path.Match: * does not cross /), or widen the patterns",
+            )
+
+    return check
+
+
+def _reclaimer(
+    s: Settings,
+    client: RuntimeClient,
+    *,
+    names: ResourceNames,
+    inventory: Inventory,
+    pods: PodLister | None,
+    metrics: PluginMetrics,
+) -> Reclaimer:
+    states = None
+    if pods is not None:
+        lister = pods
+
+        async def states_of() -> list[PodState]:
+            return [pod_state(v) for v in await lister()]
+
+        states = states_of
+    return Reclaimer(
+        client,
+        PodResourcesClient(s.pod_resources_socket, s.rpc_timeout),
+        ours(names),
+        frozenset({names.gpu_core, names.gpu_memory}),
+        pods=states,
+        capabilities=lambda: inventory.view().runtime.capabilities,
+        interval_s=s.reconcile_interval,
+        grace_s=s.release_grace,
+        metrics=metrics,
+    )
 
 
 async def serve(s: Settings, stop: asyncio.Event) -> None:
@@ -114,16 +200,31 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
     metrics = PluginMetrics()
     inventory = Inventory()
     client = RuntimeClient(s.socket_dir, s.rpc_timeout)
-    follower = HealthFollower(client, inventory, s.health_interval)
     api = await _apiserver(s)
-    allocator = Allocator(client, names, s.allocate_timeout, _handshake(s, client, names, api))
+    pods = _pod_lister(s, api)
+    reclaimer = _reclaimer(s, client, names=names, inventory=inventory, pods=pods, metrics=metrics)
+    # a Runtime or kubelet that comes back is reconciled at once
+    follower = HealthFollower(client, inventory, s.health_interval, on_connect=reclaimer.wake)
+    allocator = Allocator(
+        client,
+        names,
+        s.allocate_timeout,
+        _handshake(s, client, names, api, pods),
+        release_stale=reclaimer.release_stale,
+        check=annotation_check(s.annotation_patterns, metrics),
+    )
+
+    def registered(resource: str) -> None:
+        metrics.registered(resource)
+        reclaimer.wake()
+
     host = PluginHost(
         s.plugin_dir,
         inventory,
         names,
         allocator,
         observe=metrics.observe,
-        on_registered=metrics.registered,
+        on_registered=registered,
         intent=allocator.intent,
     )
 
@@ -139,6 +240,7 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
         asyncio.create_task(_guard("watch", follower.watch(), stop), name="watch"),
         asyncio.create_task(_guard("poll", follower.poll(), stop), name="poll"),
         asyncio.create_task(_guard("metrics", _track(inventory, metrics, follower), stop)),
+        asyncio.create_task(_guard("reconcile", reclaimer.run(), stop), name="reconcile"),
     ]
     if api is not None and s.publish_inventory == "true":
         publisher = Publisher(api, s.node_name, names)
@@ -159,6 +261,7 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
     await host.stop()
     await runner.cleanup()
     await client.close()
+    await reclaimer.kubelet.close()
     if api is not None:
         await api.close()
 

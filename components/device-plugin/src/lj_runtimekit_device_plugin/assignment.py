@@ -1,16 +1,18 @@
 """The shared-GPU handshake of docs/contracts.md, the pure half: parse and choose. No I/O.
 
-The scheduler writes ``lj-runtimekit-scheduler/gpu-assignment`` on the pod; at Allocate for
-``gpu-core``/``gpu-memory`` the plugin picks, among the pods on its node, the oldest assignment
-whose container asks exactly the units the kubelet passed and is not yet answered for that
-resource. The claim itself (a pod patch with a resourceVersion precondition) is the adapter's;
-this module only decides and says what the mark becomes.
+The scheduler writes ``lj-runtimekit-scheduler/gpu-assignment`` on the pod, and never has two
+pods pending on one node (bound, assigned, not yet marked by the plugin, not ended) with a
+container of the same (resource, unit count). So at Allocate the plugin takes the *unique*
+pending container asking exactly what the kubelet asks for: correct whatever order the kubelet
+admits pods in. Zero or several matches are refused (shares) or left to topology (whole). The
+claim itself (a pod patch with a resourceVersion precondition) is the adapter's; this module
+only decides and says what the mark becomes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,13 @@ class PodView:
     annotations: Mapping[str, str]
     requests: Mapping[str, Mapping[str, int]]
     """Per container, per extended resource: units requested."""
+    phase: str = ""
+    deleted: bool = False
+    """A deletionTimestamp is set."""
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
 
 
 def _int(v: Any, what: str) -> int:
@@ -178,6 +187,8 @@ def candidates(
     held = held or {}
     out = []
     for pod, a in on_node(pods, node):
+        if pod.ended or pod.deleted:
+            continue
         done = marks(pod.annotations)
         for name, shares in a.containers.items():
             answered = done.get(name, {})
@@ -195,23 +206,70 @@ def candidates(
     return out
 
 
+def unique(found: Sequence[Candidate]) -> tuple[Candidate | None, list[Candidate]]:
+    """The one candidate the kubelet is allocating now, or (None, the ambiguous ones).
+
+    The kubelet allocates one pod's containers, and one container's resources, in a row: a
+    container answered for its other shared resource comes first, then the other containers of
+    a pod already partly answered, then untouched pods. Within the first tier that has any,
+    exactly one must match (the scheduler's contract); several is ambiguous.
+    """
+    tiers = (
+        [c for c in found if c.allocated],
+        [c for c in found if not c.allocated and marks(c.pod.annotations)],
+        [c for c in found if not c.allocated and not marks(c.pod.annotations)],
+    )
+    for tier in tiers:
+        if len(tier) == 1:
+            return tier[0], []
+        if tier:
+            return None, list(tier)
+    return None, []
+
+
+def devices_marked(annotations: Mapping[str, str]) -> dict[str, dict[str, list[str]]]:
+    """Container → resource → the device ids the plugin recorded as actually allocated."""
+    try:
+        doc = json.loads(annotations.get(ALLOCATION, "{}"))
+    except ValueError:
+        return {}
+    devices = doc.get("devices") if isinstance(doc, dict) else None
+    if not isinstance(devices, dict):
+        return {}
+    return {
+        str(c): {str(r): [str(i) for i in ids] for r, ids in rs.items() if isinstance(ids, list)}
+        for c, rs in devices.items()
+        if isinstance(rs, dict)
+    }
+
+
 def with_mark(
     annotations: Mapping[str, str],
     at: str,
     container: str,
     resource: str,
     allocation_ids: Iterable[str],
+    *,
+    devices: Iterable[str] = (),
 ) -> dict[str, str] | None:
     """The annotations to patch so the pod records ``container`` answered for ``resource``
-    with ``allocation_ids`` (contracts.md); None when the pod's current mark already has it
-    or holds other allocations for that container (someone else claimed it)."""
+    with ``allocation_ids`` and the Runtime ``devices`` it got (contracts.md); None when the
+    pod's current mark already has it or holds other allocations for that container (someone
+    else claimed it)."""
     done = marks(annotations)
     ids = tuple(allocation_ids)
     mine = done.get(container, {})
     if resource in mine or any(v != ids for v in mine.values()):
         return None
     done[container] = {**mine, resource: ids}
-    doc = {"containers": {c: {r: list(v) for r, v in rs.items()} for c, rs in done.items()}}
+    got = devices_marked(annotations)
+    if devices:
+        got.setdefault(container, {})[resource] = sorted(set(devices))
+    doc: dict[str, Any] = {
+        "containers": {c: {r: list(v) for r, v in rs.items()} for c, rs in done.items()}
+    }
+    if got:
+        doc["devices"] = got
     return {ALLOCATED: at, ALLOCATION: json.dumps(doc, sort_keys=True)}
 
 
@@ -221,11 +279,60 @@ class WholeIntent:
     needs it: the kubelet's request names no pod, so the plugin matches on the units."""
 
     choice: tuple[str, ...] | None
-    """The devices of the oldest assigned container asking ``size`` units of the resource, all
-    of them available; None when no pod's decision fits."""
+    """The devices of the unique pending container asking ``size`` units of the resource, all
+    of them available; None when no pod's decision fits, or several do."""
     reserved: frozenset[str]
     """Devices the scheduler gave out as shares on this node: a whole device taken from them
     would make those pods' Allocate fail."""
+    ambiguous: tuple[tuple[PodView, str], ...] = ()
+    """(pod, container) of the pending decisions that matched when several did."""
+
+
+@dataclass(frozen=True)
+class WholePending:
+    pod: PodView
+    container: str
+    devices: tuple[str, ...]
+    """The scheduler's whole devices for the container; empty for a pod of another scheduler."""
+
+
+def whole_pending(
+    pods: Iterable[PodView],
+    node: str,
+    resource: str,
+    size: int,
+    owned: Iterable[tuple[str, str]] = (),
+) -> tuple[list[WholePending], list[WholePending]]:
+    """(assigned, unassigned) containers on ``node`` asking ``size`` units of ``resource`` and
+    not answered for it yet: not marked, not in ``owned`` ((pod uid, container) already holding
+    a Runtime allocation of it), pod not ended. Unassigned ones are pods of other schedulers."""
+    taken = set(owned)
+    assigned, unassigned = [], []
+    for pod in pods:
+        if pod.ended or pod.deleted:
+            continue
+        done = marks(pod.annotations)
+        text = pod.annotations.get(ASSIGNMENT)
+        decided: Mapping[str, tuple[Share, ...]] | None = None
+        if text is not None:
+            try:
+                a = parse(text)
+            except BadAssignment:
+                a = None
+            if a is not None and a.node == node:
+                decided = a.containers
+        for name, requests in pod.requests.items():
+            if requests.get(resource) != size or resource in done.get(name, {}):
+                continue
+            if (pod.uid, name) in taken:
+                continue
+            if decided is None:
+                unassigned.append(WholePending(pod, name, ()))
+                continue
+            ids = tuple(sorted(s.id for s in decided.get(name, ()) if s.whole))
+            if len(ids) == size:
+                assigned.append(WholePending(pod, name, ids))
+    return assigned, unassigned
 
 
 def whole_intent(
@@ -237,19 +344,51 @@ def whole_intent(
     available: Iterable[str],
     must_include: Iterable[str] = (),
 ) -> WholeIntent:
-    """The scheduler's decision for a whole-device allocation of ``size`` units on ``node``."""
+    """The scheduler's decision for a whole-device allocation of ``size`` units on ``node``:
+    the unique pending assigned container asking exactly that (the scheduler's contract keeps
+    it unique); none when zero or several match or its devices are not all available."""
+    pods = list(pods)
     free, must = set(available), set(must_include)
-    best: tuple[tuple[str, str, str, str], tuple[str, ...]] | None = None
     reserved: set[str] = set()
     for pod, a in on_node(pods, node):
-        for name, shares in a.containers.items():
+        if pod.ended or pod.deleted:
+            continue
+        for shares in a.containers.values():
             reserved.update(s.id for s in shares if not s.whole)
-            ids = tuple(sorted(s.id for s in shares if s.whole))
-            if pod.requests.get(name, {}).get(resource) != size or len(ids) != size:
-                continue
-            if not set(ids) <= free | must or not must <= set(ids):
-                continue
-            key = (a.assumed_at, pod.namespace, pod.name, name)
-            if best is None or key < best[0]:
-                best = (key, ids)
-    return WholeIntent(None if best is None else best[1], frozenset(reserved))
+    assigned, _ = whole_pending(pods, node, resource, size)
+    if len(assigned) > 1:
+        return WholeIntent(None, frozenset(reserved), tuple((w.pod, w.container) for w in assigned))
+    if not assigned:
+        return WholeIntent(None, frozenset(reserved))
+    ids = assigned[0].devices
+    if not set(ids) <= free | must or not must <= set(ids):
+        return WholeIntent(None, frozenset(reserved))
+    return WholeIntent(ids, frozenset(reserved))
+
+
+def whole_owner(
+    pods: Iterable[PodView],
+    node: str,
+    resource: str,
+    device_ids: Iterable[str],
+    owned: Iterable[tuple[str, str]] = (),
+) -> tuple[WholePending | None, list[WholePending]]:
+    """The container a whole-device Allocate of ``device_ids`` is for, or (None, ambiguous).
+
+    First the pending assigned container whose decision is exactly these devices; else the
+    unique pending assigned container asking as many; else, with no assigned one, the unique
+    pod of another scheduler asking as many and holding none yet. Unknown otherwise: the caller
+    allocates under a provisional owner and reconcile re-owns it from pod-resources.
+    """
+    ids = tuple(sorted(set(device_ids)))
+    assigned, unassigned = whole_pending(pods, node, resource, len(ids), owned)
+    exact = [w for w in assigned if w.devices == ids]
+    if len(exact) == 1:
+        return exact[0], []
+    if len(assigned) == 1:
+        return assigned[0], []
+    if assigned:
+        return None, assigned
+    if len(unassigned) == 1:
+        return unassigned[0], []
+    return None, unassigned

@@ -1,6 +1,6 @@
 """The shared-GPU handshake at Allocate (docs/contracts.md), with its I/O.
 
-Race-free without a node lock: candidates are chosen by :func:`assignment.candidates`; a
+Race-free without a node lock: the candidate is the unique one :func:`assignment.unique` finds; a
 (pod, container, resource) is claimed in this process before any await (asyncio runs one claim
 at a time), and the pod mark is written from a fresh read with its resourceVersion, so a second
 replica or a stale pod view loses with 409 and moves on to the next candidate.
@@ -18,8 +18,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import structlog
 
-from .assignment import Candidate, PodView, WholeIntent, candidates, whole_intent, with_mark
-from .errors import PermanentError
+from .assignment import (
+    Candidate,
+    PodView,
+    WholeIntent,
+    WholePending,
+    candidates,
+    unique,
+    whole_intent,
+    whole_owner,
+    with_mark,
+)
+from .errors import DevicePluginError, PermanentError
 from .kube import Conflict, MarkUpdate
 from .model import GIB, Allocation, Injection
 from .resources import ResourceNames
@@ -29,6 +39,8 @@ log = structlog.get_logger(__name__)
 
 PodLister = Callable[[], Awaitable[list[PodView]]]
 PodMarker = Callable[[PodView, MarkUpdate], Awaitable[None]]
+EventPoster = Callable[[PodView, str, str], Awaitable[None]]
+"""(pod, reason, message): a Warning Event on the pod."""
 
 
 class NoDecision(PermanentError):
@@ -62,7 +74,11 @@ class SharedHandshake:
         node: str,
         list_pods: PodLister,
         mark_pod: PodMarker,
+        *,
+        post_event: EventPoster | None = None,
     ) -> None:
+        self.post_event = post_event
+        self._warned: set[tuple[str, str]] = set()
         self.client = client
         self.names = names
         self.node = node
@@ -88,9 +104,86 @@ class SharedHandshake:
     ) -> WholeIntent:
         """The scheduler's decision for a whole-device request (GetPreferredAllocation)."""
         pods = await self.list_pods()
-        return whole_intent(
+        intent = whole_intent(
             pods, self.node, resource, size=size, available=available, must_include=must_include
         )
+        if intent.ambiguous:
+            names = ", ".join(f"{p.namespace}/{p.name}[{c}]" for p, c in intent.ambiguous)
+            await self.warn(
+                [p for p, _ in intent.ambiguous],
+                "AmbiguousGpuAssignment",
+                f"{len(intent.ambiguous)} pending containers on node {self.node} ask {size} "
+                f"{resource} ({names}); the kubelet's request names no pod, so the devices are "
+                "chosen by topology and recorded on the pod after Allocate",
+            )
+        return intent
+
+    async def warn(self, pods: Sequence[PodView], reason: str, message: str) -> None:
+        """A Warning Event on each pod, once per pod and reason in this process."""
+        log.warning(
+            "pod_warning",
+            reason=reason,
+            pods=[f"{p.namespace}/{p.name}" for p in pods],
+            message=message,
+        )
+        if self.post_event is None:
+            return
+        for p in pods:
+            if (p.uid, reason) in self._warned:
+                continue
+            self._warned.add((p.uid, reason))
+            try:
+                await self.post_event(p, reason, message)
+            except DevicePluginError as e:
+                log.warning("event_not_posted", pod=f"{p.namespace}/{p.name}", error=str(e))
+
+    async def whole_owner(
+        self, resource: str, device_ids: Sequence[str], owned: set[tuple[str, str]]
+    ) -> WholePending | None:
+        """The container a whole-device Allocate is for; None (with a log) when unknown."""
+        pods = await self.list_pods()
+        self._forget_gone(pods)
+        owner, ambiguous = whole_owner(pods, self.node, resource, device_ids, owned)
+        if owner is None and ambiguous:
+            log.info(
+                "whole_owner_ambiguous",
+                resource=resource,
+                devices=list(device_ids),
+                candidates=[f"{w.pod.namespace}/{w.pod.name}[{w.container}]" for w in ambiguous],
+                next="provisional owner; pod-resources re-owns it",
+            )
+        return owner
+
+    async def mark_whole(
+        self, owner: WholePending, resource: str, allocation_id: str, device_ids: Sequence[str]
+    ) -> None:
+        """Record the allocation and the devices the kubelet really gave on the pod; an Event
+        when they are not the scheduler's."""
+        at = dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
+        got = tuple(sorted(device_ids))
+
+        def update(annotations: Mapping[str, str]) -> dict[str, str] | None:
+            return with_mark(
+                annotations, at, owner.container, resource, (allocation_id,), devices=got
+            )
+
+        try:
+            await self.mark_pod(owner.pod, update)
+        except (Conflict, DevicePluginError) as e:
+            log.warning(
+                "whole_mark_failed",
+                pod=f"{owner.pod.namespace}/{owner.pod.name}",
+                error=str(e),
+                effect="the scheduler learns the devices from NodeDevices/pod-resources later",
+            )
+        if owner.devices and owner.devices != got:
+            await self.warn(
+                [owner.pod],
+                "GpuAssignmentNotFollowed",
+                f"container {owner.container}: the kubelet gave {list(got)} of {resource}, the "
+                f"scheduler assigned {list(owner.devices)}; the container got what the kubelet "
+                "gave (recorded in lj-runtimekit-device-plugin/allocation)",
+            )
 
     async def allocate(self, resource: str, units: Sequence[str]) -> Injection:
         kind = self._kind(resource)
@@ -106,9 +199,22 @@ class SharedHandshake:
                 claimed=self._claimed,
                 held=self._held,
             )
-            if not found:
+            c, ambiguous = unique(found)
+            if c is None and ambiguous:
+                names = ", ".join(
+                    f"{a.pod.namespace}/{a.pod.name}[{a.container}]" for a in ambiguous
+                )
+                message = (
+                    f"{resource}: {len(ambiguous)} pending containers on node {self.node} ask "
+                    f"{len(units)} units ({names}); the kubelet names no pod, so the plugin "
+                    "cannot tell whose decision this is and refuses rather than guess; the "
+                    "scheduler keeps such requests apart (docs/contracts.md): was a pod bound "
+                    "by another client?"
+                )
+                await self.warn([a.pod for a in ambiguous], "AmbiguousGpuAssignment", message)
+                raise NoDecision(message)
+            if c is None:
                 break
-            c = found[0]
             key = (c.pod.uid, c.container, resource)
             self._claimed.add(key)  # before any await: no other Allocate here takes it
             try:
@@ -149,8 +255,10 @@ class SharedHandshake:
                 injection = merged(fresh)
             at = dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
 
+            devices = tuple(sh.id for sh in c.shares)
+
             def update(annotations: Mapping[str, str]) -> dict[str, str] | None:
-                return with_mark(annotations, at, c.container, resource, ids)
+                return with_mark(annotations, at, c.container, resource, ids, devices=devices)
 
             await self.mark_pod(c.pod, update)
         except BaseException:

@@ -8,6 +8,7 @@ older Runtime without WatchDevices. Every health flip is logged with its reason.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import structlog
 
@@ -35,7 +36,15 @@ def _log_changes(changes: list[tuple[Device | None, Device]]) -> None:
 class HealthFollower:
     """Feeds one Inventory from one RuntimeClient until cancelled."""
 
-    def __init__(self, client: RuntimeClient, inventory: Inventory, interval_s: float) -> None:
+    def __init__(
+        self,
+        client: RuntimeClient,
+        inventory: Inventory,
+        interval_s: float,
+        *,
+        on_connect: Callable[[], None] | None = None,
+    ) -> None:
+        self.on_connect = on_connect or (lambda: None)
         self.client = client
         self.inventory = inventory
         self.interval_s = interval_s
@@ -46,7 +55,9 @@ class HealthFollower:
         info = await self.client.version()
         await self.inventory.set_runtime(info)
         _log_changes(await self.inventory.replace(await self.client.list_devices()))
-        self.connected.set()
+        if not self.connected.is_set():
+            self.connected.set()
+            self.on_connect()
 
     async def watch(self) -> None:
         """Follow WatchDevices forever, reconnecting with the guide's backoff."""

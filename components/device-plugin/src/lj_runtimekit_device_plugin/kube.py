@@ -178,3 +178,45 @@ async def node_pods(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
         raise ApiserverUnavailable(f"listing pods of node {node}: {e.status} {e.reason}") from e
     out: list[dict[str, Any]] = [api.sanitize_for_serialization(p) for p in pods.items]
     return out
+
+
+async def post_event(
+    api: client.ApiClient,
+    pod: tuple[str, str, str],
+    reason: str,
+    message: str,
+    *,
+    node: str,
+    warning: bool = True,
+) -> None:
+    """A core/v1 Event on the pod (namespace, name, uid), reported by this node's plugin."""
+    now = dt.datetime.now(dt.UTC)
+    ns, name, uid = pod
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": ns},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": ns,
+            "name": name,
+            "uid": uid,
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": "lj-runtimekit-device-plugin", "host": node},
+        "reportingComponent": "lj-runtimekit-device-plugin",
+        "reportingInstance": node,
+        "firstTimestamp": now.isoformat().replace("+00:00", "Z"),
+        "lastTimestamp": now.isoformat().replace("+00:00", "Z"),
+        "count": 1,
+    }
+    try:
+        await client.CoreV1Api(api).create_namespaced_event(ns, body)  # type: ignore[arg-type]
+    except ApiException as e:
+        raise ApiserverUnavailable(
+            f"posting event {reason} on pod {ns}/{name}: {e.status} {e.reason}: check the "
+            "plugin's RBAC (events/create)"
+        ) from e

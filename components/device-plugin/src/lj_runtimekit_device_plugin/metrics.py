@@ -41,6 +41,50 @@ class PluginMetrics:
             registry=self.registry,
         )
 
+        self.released = Counter(
+            "lj_device_plugin_allocations_released",
+            "Runtime allocations released because no live container held them, per resource and "
+            "by whom (reconcile: a pass found them unheld twice; allocate: the kubelet handed "
+            "their devices out again).",
+            ["resource", "by"],
+            registry=self.registry,
+        )
+        self.passes = Counter(
+            "lj_device_plugin_reconcile_passes",
+            "Reconcile passes, by outcome (ok, or skipped because a peer did not answer).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.reconcile_seconds = Histogram(
+            "lj_device_plugin_reconcile_seconds",
+            "Time of one reconcile pass (Runtime, pod-resources and pod list calls included).",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
+            registry=self.registry,
+        )
+        self.unheld = Gauge(
+            "lj_device_plugin_allocations_unheld",
+            "Allocations the last pass found unheld and keeps until a later pass confirms.",
+            registry=self.registry,
+        )
+        self.annotation_rejected = Counter(
+            "lj_device_plugin_injection_annotations_rejected",
+            "Injection annotation keys the Runtime returned that containerd's "
+            "container_annotations patterns would not pass to the lj-runtime handler.",
+            ["resource"],
+            registry=self.registry,
+        )
+        self.events = Counter(
+            "lj_device_plugin_pod_events",
+            "Events posted on pods, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+
+    def reconciled(self, ok: bool, seconds: float) -> None:
+        self.passes.labels("ok" if ok else "skipped").inc()
+        if ok:
+            self.reconcile_seconds.observe(seconds)
+
     def observe(self, resource: str, method: str, seconds: float, ok: bool) -> None:
         self.calls.labels(resource, method, "ok" if ok else "error").inc()
         self.latency.labels(resource, method).observe(seconds)

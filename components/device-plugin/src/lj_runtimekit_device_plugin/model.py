@@ -92,3 +92,12 @@ class Allocation:
     injection: Injection
     core_percent: int = 0
     memory_bytes: int = 0
+    pod: tuple[str, str, str] = ("", "", "")
+    """(namespace, name, uid) of the owner the Runtime recorded."""
+    container: str = ""
+    resource: str = ""
+    """The extended resource it was made for."""
+
+    @property
+    def shared(self) -> bool:
+        return self.core_percent > 0 or self.memory_bytes > 0

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .assignment import PodView
+from .reconcile import PodState
 
 
 def _units(q: Any) -> int | None:
@@ -29,6 +30,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView | None:
         limits = {**(res.get("requests") or {}), **(res.get("limits") or {})}
         requests[c["name"]] = {k: n for k, v in limits.items() if (n := _units(v)) is not None}
     ann = meta.get("annotations") or {}
+    status = obj.get("status") or {}
     return PodView(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
@@ -36,4 +38,10 @@ def pod_view(obj: Mapping[str, Any]) -> PodView | None:
         resource_version=str(meta.get("resourceVersion", "")),
         annotations={str(k): str(v) for k, v in ann.items()} if isinstance(ann, dict) else {},
         requests=requests,
+        phase=str(status.get("phase", "")) if isinstance(status, dict) else "",
+        deleted=bool(meta.get("deletionTimestamp")),
     )
+
+
+def pod_state(view: PodView) -> PodState:
+    return PodState(view.namespace, view.name, view.uid, view.phase, view.deleted)

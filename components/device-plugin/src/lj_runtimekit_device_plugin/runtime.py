@@ -23,6 +23,7 @@ from .model import Allocation, Device, Injection, Link, Partition, RuntimeInfo
 log = structlog.get_logger(__name__)
 
 WATCH_DEVICES = "DeviceService.WatchDevices"
+UPDATE_OWNER = "DeviceService.UpdateAllocationOwner"
 CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 1000),
     ("grpc.min_reconnect_backoff_ms", 1000),
@@ -96,6 +97,9 @@ def allocation_from_proto(a: device_pb2.Allocation) -> Allocation:
         device_ids=tuple(a.device_ids),
         core_percent=a.core_percent,
         memory_bytes=a.memory_bytes,
+        pod=(a.pod.namespace, a.pod.name, a.pod.uid),
+        container=a.container,
+        resource=a.resource_name,
         injection=Injection(
             envs=tuple(sorted(inj.envs.items())),
             annotations=tuple(sorted(inj.annotations.items())),
@@ -242,6 +246,26 @@ async def allocations(client: RuntimeClient) -> list[Allocation]:
     except grpc.aio.AioRpcError as e:
         raise client._unavailable("ListAllocations", e) from e
     return [allocation_from_proto(a) for a in r.allocations]
+
+
+async def update_owner(
+    client: RuntimeClient, allocation_id: str, pod: tuple[str, str, str], container: str
+) -> Allocation:
+    """Record the real owner of an allocation; :class:`MethodMissing` on an older Runtime."""
+    req = device_pb2.UpdateAllocationOwnerRequest(
+        allocation_id=allocation_id,
+        pod=device_pb2.PodRef(namespace=pod[0], name=pod[1], uid=pod[2]),
+        container=container,
+    )
+    try:
+        r = await client._stub.UpdateAllocationOwner(req, timeout=client.timeout)
+    except grpc.aio.AioRpcError as e:
+        if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+            raise MethodMissing(f"this Runtime lacks {UPDATE_OWNER}") from e
+        if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+            raise AllocationRefused(f"Runtime refused {UPDATE_OWNER}: {e.details()}") from e
+        raise client._unavailable("UpdateAllocationOwner", e) from e
+    return allocation_from_proto(r.allocation)
 
 
 async def allocation_ids(client: RuntimeClient) -> list[str]:

@@ -87,6 +87,30 @@ class Settings:
     kubelet_pods_url: str = _doc(
         "URL of the kubelet's read-only pod list.", "http://localhost:10255/pods"
     )
+    pod_resources_socket: str = _doc(
+        "The kubelet's pod-resources API socket (v1.PodResourcesLister): which container holds "
+        "which devices, for releasing and attributing allocations. Mount "
+        "/var/lib/kubelet/pod-resources into the pod.",
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+    )
+    reconcile_interval: float = _doc(
+        "Seconds between reconcile passes (besides one at start and after every Runtime or "
+        "kubelet reconnect). A pass costs one ListAllocations, one pod-resources List and one "
+        "pod list (about a millisecond each on a node; see the bench); an allocation is "
+        "released at the second pass that finds it unheld, so a leak lives 1-2 intervals.",
+        10.0,
+    )
+    release_grace: float = _doc(
+        "Seconds an allocation is kept, however unheld, after a pass first saw it: the kubelet "
+        "records a container's devices only after Allocate returns.",
+        10.0,
+    )
+    containerd_annotation_patterns: str = _doc(
+        "Comma-separated container_annotations patterns of containerd's lj-runtime handler "
+        "(Go path.Match: * does not cross /); an injection annotation the Runtime returns that "
+        "none passes is logged (injection_annotation_not_passed) and counted.",
+        "xdm.amp.com*",
+    )
     kubeconfig: str = _doc("Kubeconfig; empty means the in-cluster ServiceAccount.", "")
     publish_inventory: str = _doc(
         "Publish NodeDevices and node labels to the apiserver: `true` or `false`.", "true"
@@ -95,6 +119,10 @@ class Settings:
     port: int = _doc("Port of /metrics and /healthz; 0 picks a free one.", 9502)
     log_level: str = _doc("Log level: debug, info, warning or error.", "info")
     log_format: str = _doc("Log format: json, console, or auto (json when not a terminal).", "auto")
+
+    @property
+    def annotation_patterns(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.containerd_annotation_patterns.split(",") if p.strip())
 
     @property
     def enabled(self) -> tuple[str, ...]:
@@ -126,7 +154,13 @@ class Settings:
             raise ConfigError(f"resource names must differ: {names}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port}: expected 0..65535")
-        for name in ("health_interval", "rpc_timeout", "allocate_timeout"):
+        for name in (
+            "health_interval",
+            "rpc_timeout",
+            "allocate_timeout",
+            "reconcile_interval",
+            "release_grace",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} {getattr(self, name)}: expected a positive number")
 

@@ -2,7 +2,8 @@
 
 It serves Registration on ``<plugin_dir>/kubelet.sock``, dials each registered plugin, follows its
 ListAndWatch, publishes node capacity/allocatable (when a cluster is given), allocates devices to
-containers of pods bound to its node, serves ``/pods``, and restarts the way the kubelet does.
+containers of pods bound to its node, serves ``/pods`` and the pod-resources API
+(``<root>/pod-resources/kubelet.sock``), and restarts the way the kubelet does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from lj_runtimekit_interface.sockets import KUBELET_SOCKET, unix_target
 from lj_runtimekit_testkit.kubelet.allocation import available_ids, choose
 from lj_runtimekit_testkit.kubelet.endpoint import PluginEndpoint
 from lj_runtimekit_testkit.kubelet.node_status import NodeStatusWriter
+from lj_runtimekit_testkit.kubelet.pod_resources import Held, PodResourcesServer, Snapshot
 from lj_runtimekit_testkit.kubelet.pods_server import PodsServer
 from lj_runtimekit_testkit.kubelet.registration import RegistrationServicer
 
@@ -60,14 +62,26 @@ class KubeletEmulator:
         pods_port: int = 0,
         stop_grace_s: float = 5.0,
         poll_interval_s: float = 0.2,
+        pod_resources_dir: str | Path | None = None,
     ) -> None:
         self.node_name = node_name
         self.plugin_dir = str(plugin_dir)
+        if pod_resources_dir is None:
+            # the kubelet's layout: <root>/device-plugins beside <root>/pod-resources
+            parent, base = os.path.split(self.plugin_dir.rstrip("/"))
+            pod_resources_dir = (
+                os.path.join(parent, "pod-resources")
+                if base == "device-plugins"
+                else os.path.join(self.plugin_dir, "pod-resources")
+            )
+        self.pod_resources = PodResourcesServer(str(pod_resources_dir), self.pod_resources_snapshot)
         self.cluster = cluster
         self.stop_grace_s = stop_grace_s
         self.poll_interval_s = poll_interval_s
         self.endpoints: dict[str, PluginEndpoint] = {}
         self.allocations: list[AllocationRecord] = []
+        self.failures: list[tuple[str, str, str, str]] = []
+        """(pod uid, container, resource, error) of every failed admission allocation."""
         self.registrations = 0
         self._pods: list[dict[str, Any]] = []
         self._pods_server = PodsServer(lambda: self._pods, port=pods_port)
@@ -83,6 +97,24 @@ class KubeletEmulator:
     @property
     def socket_path(self) -> str:
         return os.path.join(self.plugin_dir, KUBELET_SOCKET)
+
+    @property
+    def pod_resources_socket(self) -> str:
+        return self.pod_resources.socket_path
+
+    def pod_resources_snapshot(self) -> Snapshot:
+        """What the pod-resources API answers now: active pods, and the devices recorded for
+        their containers (only after the plugin's Allocate returned)."""
+        pods = [p for p in self._pods if _is_live(p)]
+        live = {p["metadata"]["uid"] for p in pods}
+        held = [
+            Held(r.pod_uid, r.container, r.resource, r.device_ids)
+            for r in self.allocations
+            if r.pod_uid is not None and r.pod_uid in live and r.container is not None
+        ]
+        numa = {r: dict(e.numa) for r, e in self.endpoints.items()}
+        healthy = frozenset((r, d) for r, e in self.endpoints.items() for d in e.healthy())
+        return Snapshot(pods, held, numa, healthy)
 
     @property
     def pods_url(self) -> str:
@@ -102,6 +134,7 @@ class KubeletEmulator:
             self._spawn(self._status_loop(), "node-status")
             self._spawn(self._pods_loop(), "pods")
         await self._serve_registration()
+        await self.pod_resources.start()
         log.info("kubelet_emulator_started", node=self.node_name, socket=self.socket_path)
 
     def _spawn(self, coro: Any, name: str) -> None:
@@ -257,6 +290,11 @@ class KubeletEmulator:
                     await self._admit(pod)
             await asyncio.sleep(self.poll_interval_s)
 
+    async def admit(self, pod: dict[str, Any]) -> None:
+        """Allocate every device resource of the pod's containers not allocated yet, as the
+        kubelet's admission does (one container after another, its resources in a row)."""
+        await self._admit(pod)
+
     async def _admit(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
         for container in pod["spec"].get("containers", []):
@@ -270,6 +308,7 @@ class KubeletEmulator:
                     ids = await self.choose_devices(resource, int(quantity))
                     await self.allocate(resource, ids, pod=pod, container=container["name"])
                 except (LookupError, ValueError, aio.AioRpcError) as e:
+                    self.failures.append((uid, container["name"], resource, str(e)))
                     log.warning(
                         "allocation_failed",
                         pod=pod["metadata"]["name"],
@@ -287,6 +326,7 @@ class KubeletEmulator:
         """As a kubelet restart: connections drop, every socket in the directory is removed,
         ``kubelet.sock`` comes back, and plugins must register again."""
         await self._stop_registration()
+        await self.pod_resources.stop()
         for endpoint in list(self.endpoints.values()):
             await endpoint.stop()
             self._on_devices(endpoint)
@@ -296,6 +336,7 @@ class KubeletEmulator:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
         await self._serve_registration()
+        await self.pod_resources.start()
         log.info("kubelet_emulator_restarted", node=self.node_name)
 
     async def _stop_registration(self) -> None:
@@ -313,6 +354,7 @@ class KubeletEmulator:
                 await task
         self._tasks.clear()
         await self._stop_registration()
+        await self.pod_resources.stop()
         for endpoint in list(self.endpoints.values()):
             await endpoint.stop()
         self.endpoints.clear()

@@ -27,6 +27,8 @@ class PluginEndpoint:
     on_change: Callable[[PluginEndpoint], None]
     options: api_pb2.DevicePluginOptions = field(default_factory=api_pb2.DevicePluginOptions)
     devices: dict[str, str] = field(default_factory=dict)
+    numa: dict[str, int] = field(default_factory=dict)
+    """Device ID → its first NUMA node, -1 without topology."""
     connected: bool = False
     updates: int = 0
     _channel: aio.Channel | None = None
@@ -52,6 +54,10 @@ class PluginEndpoint:
         try:
             async for response in self.stub.ListAndWatch(api_pb2.Empty()):
                 self.devices = {d.ID: d.health for d in response.devices}
+                self.numa = {
+                    d.ID: d.topology.nodes[0].ID if d.topology.nodes else -1
+                    for d in response.devices
+                }
                 self.updates += 1
                 log.debug(
                     "plugin_devices",

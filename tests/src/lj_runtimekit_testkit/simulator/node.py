@@ -22,7 +22,13 @@ from lj_runtimekit_testkit.simulator.inventory import (
     Mode,
     partitions_for,
 )
-from lj_runtimekit_testkit.simulator.ledger import Ledger, Refusal, RuntimeRefusal
+from lj_runtimekit_testkit.simulator.ledger import (
+    Allocation,
+    Ledger,
+    PodRef,
+    Refusal,
+    RuntimeRefusal,
+)
 
 log = structlog.get_logger("lj_runtime_sim")
 
@@ -161,6 +167,26 @@ class NodeState:
             )
             self.publish("PARTITIONS_CHANGED", (new,))
             self._save_state()
+        return new
+
+    def reown(self, allocation_id: str, pod: PodRef, container: str) -> Allocation:
+        """Record the real owner of an allocation; devices and injection stay as they are."""
+        if not (pod.namespace and pod.name and pod.uid and container):
+            raise RuntimeRefusal(
+                Refusal.INVALID, "update owner: pod namespace, name, uid and container are required"
+            )
+        old = self.ledger.allocations.get(allocation_id)
+        if old is None:
+            raise RuntimeRefusal(Refusal.NOT_FOUND, f"unknown allocation {allocation_id!r}")
+        new = replace(old, pod=pod, container=container)
+        self.ledger.allocations[allocation_id] = new
+        log.info(
+            "allocation_reowned",
+            node=self.node,
+            allocation=allocation_id,
+            pod=f"{pod.namespace}/{pod.name}",
+            container=container,
+        )
         return new
 
     # ---------------------------------------------------------------- state file

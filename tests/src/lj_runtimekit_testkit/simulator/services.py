@@ -23,7 +23,7 @@ from lj_runtimekit_interface.runtime.v1 import monitor_pb2 as mpb
 from lj_runtimekit_interface.runtime.v1 import monitor_pb2_grpc as mgrpc
 from lj_runtimekit_testkit.simulator import metrics
 from lj_runtimekit_testkit.simulator.inventory import Mode
-from lj_runtimekit_testkit.simulator.ledger import Refusal, RuntimeRefusal
+from lj_runtimekit_testkit.simulator.ledger import PodRef, Refusal, RuntimeRefusal
 from lj_runtimekit_testkit.simulator.node import NodeState
 from lj_runtimekit_testkit.simulator.wire import allocation_pb, device_pb, request_from_pb
 
@@ -37,6 +37,7 @@ METHODS = {
         "Allocate",
         "Release",
         "ListAllocations",
+        "UpdateAllocationOwner",
     ),
     "MonitorService": ("GetDeviceMetrics", "GetAllocationUsage"),
     "ConfigService": ("GetFeatureState", "SetFeatures", "SetPartitioning"),
@@ -164,6 +165,17 @@ class DeviceService(dgrpc.DeviceServiceServicer):
         return pb.ListAllocationsResponse(
             allocations=[allocation_pb(a) for a in self.node.ledger.allocations.values()]
         )
+
+    async def UpdateAllocationOwner(
+        self, request: pb.UpdateAllocationOwnerRequest, context: Context
+    ) -> pb.UpdateAllocationOwnerResponse:
+        await self.faults.enter("DeviceService.UpdateAllocationOwner", context)
+        pod = PodRef(request.pod.namespace, request.pod.name, request.pod.uid)
+        try:
+            alloc = self.node.reown(request.allocation_id, pod, request.container)
+        except RuntimeRefusal as e:
+            await _refused(context, e)
+        return pb.UpdateAllocationOwnerResponse(allocation=allocation_pb(alloc))
 
 
 class MonitorService(mgrpc.MonitorServiceServicer):

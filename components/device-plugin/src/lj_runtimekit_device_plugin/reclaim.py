@@ -1,0 +1,202 @@
+"""Keeps the Runtime's allocations equal to what live containers hold (with its I/O).
+
+One pass: the Runtime's ListAllocations (our resources only), the kubelet's pod-resources List
+and, when a pod source is configured, the pods on the node; :func:`reconcile.decide` says what no
+live container holds; that is released through the Runtime's Release, and provisional owners are
+replaced by the real ones (``DeviceService.UpdateAllocationOwner``). A pass where any of them
+does not answer decides nothing. Passes run on start, after every reconnect to the Runtime or
+the kubelet (:meth:`Reclaimer.wake`), and every ``interval_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from .errors import TemporaryError
+from .metrics import PluginMetrics
+from .model import Allocation
+from .podresources import PodResourcesClient
+from .reconcile import Decision, Memory, PodState, decide
+from .runtime import (
+    UPDATE_OWNER,
+    AllocationRefused,
+    MethodMissing,
+    RuntimeClient,
+    allocations,
+    release,
+    update_owner,
+)
+
+log = structlog.get_logger(__name__)
+
+PodStates = Callable[[], Awaitable[list[PodState]]]
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one pass did; ``skipped`` says why it decided nothing."""
+
+    released: tuple[str, ...] = ()
+    reowned: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    skipped: str = ""
+    seconds: float = 0.0
+
+
+class Reclaimer:
+    def __init__(
+        self,
+        client: RuntimeClient,
+        kubelet: PodResourcesClient,
+        ours: Callable[[str], bool],
+        shared_resources: frozenset[str],
+        *,
+        pods: PodStates | None = None,
+        capabilities: Callable[[], frozenset[str]] = frozenset,
+        interval_s: float = 30.0,
+        grace_s: float = 10.0,
+        metrics: PluginMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.kubelet = kubelet
+        self.ours = ours
+        self.shared_resources = shared_resources
+        self.pods = pods
+        self.capabilities = capabilities
+        self.interval_s = interval_s
+        self.grace_s = grace_s
+        self.metrics = metrics
+        self.clock = clock
+        self.memory = Memory()
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._told_no_reown = False
+        self.passes = 0
+
+    def wake(self) -> None:
+        """Run a pass now (a Runtime or kubelet came back)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            self._wake.clear()
+            await self.reconcile()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+
+    async def reconcile(self) -> PassResult:
+        """One pass; never raises for a peer that does not answer (it skips instead)."""
+        async with self._lock:
+            start = time.perf_counter()
+            try:
+                result = await self._pass()
+            except TemporaryError as e:
+                log.info("reconcile_skipped", reason=str(e), released="nothing")
+                result = PassResult(skipped=str(e))
+            seconds = time.perf_counter() - start
+            self.passes += 1
+            if self.metrics is not None:
+                self.metrics.reconciled(not result.skipped, seconds)
+            return PassResult(
+                result.released, result.reowned, result.waiting, result.skipped, seconds
+            )
+
+    async def _pass(self) -> PassResult:
+        allocs = [a for a in await allocations(self.client) if self.ours(a.resource)]
+        holdings = await self.kubelet.list()
+        pods = await self.pods() if self.pods is not None else None
+        d = decide(
+            allocs,
+            holdings,
+            pods,
+            now=self.clock(),
+            grace_s=self.grace_s,
+            memory=self.memory,
+            shared_resources=self.shared_resources,
+        )
+        self.memory = d.memory
+        released = await self._release(d)
+        reowned = await self._reown(d)
+        if self.metrics is not None:
+            self.metrics.unheld.set(len(d.waiting))
+        return PassResult(released, reowned, tuple(v.allocation.id for v in d.waiting))
+
+    async def _release(self, d: Decision) -> tuple[str, ...]:
+        out = []
+        for v in d.release:
+            a = v.allocation
+            await release(self.client, a.id)
+            out.append(a.id)
+            self._log_release(a, v.reason, "reconcile")
+        for v in d.waiting:
+            log.debug("allocation_unheld_waiting", allocation=v.allocation.id, reason=v.reason)
+        return tuple(out)
+
+    def _log_release(self, a: Allocation, reason: str, by: str) -> None:
+        log.info(
+            "allocation_released",
+            allocation=a.id,
+            pod=f"{a.pod[0]}/{a.pod[1]}",
+            pod_uid=a.pod[2],
+            container=a.container,
+            resource=a.resource,
+            devices=list(a.device_ids),
+            reason=reason,
+            by=by,
+        )
+        if self.metrics is not None:
+            self.metrics.released.labels(a.resource, by).inc()
+
+    async def release_stale(self, stale: list[Allocation], resource: str) -> None:
+        """Free allocations of containers that are gone, found at Allocate."""
+        for a in stale:
+            await release(self.client, a.id)
+            self._log_release(
+                a, f"the kubelet hands out {list(a.device_ids)} of {resource} again", "allocate"
+            )
+
+    async def _reown(self, d: Decision) -> tuple[str, ...]:
+        if not d.reown:
+            return ()
+        caps = self.capabilities()
+        if caps and UPDATE_OWNER not in caps:
+            self._no_reown(f"GetVersion does not list {UPDATE_OWNER}")
+            return ()
+        out: list[str] = []
+        for a, pod, container in d.reown:
+            try:
+                await update_owner(self.client, a.id, pod, container)
+            except MethodMissing as e:
+                self._no_reown(str(e))
+                return tuple(out)
+            except AllocationRefused as e:
+                log.warning("allocation_reown_refused", allocation=a.id, error=str(e))
+                continue
+            out.append(a.id)
+            log.info(
+                "allocation_reowned",
+                allocation=a.id,
+                pod=f"{pod[0]}/{pod[1]}",
+                pod_uid=pod[2],
+                container=container,
+                devices=list(a.device_ids),
+            )
+        return tuple(out)
+
+    def _no_reown(self, why: str) -> None:
+        if not self._told_no_reown:
+            self._told_no_reown = True
+            log.warning(
+                "runtime_lacks_update_owner",
+                error=why,
+                effect="whole-device allocations keep their provisional owner "
+                "(lj-runtimekit-unattributed); releases still work",
+                fix="upgrade the Runtime",
+            )

@@ -1,0 +1,54 @@
+"""containerd's container_annotations patterns, matched as Go's path.Match does."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lj_runtimekit_device_plugin.annotations import BadPattern, not_passed, path_match
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name", "ok"),
+    [
+        ("xdm.amp.com*", "xdm.amp.com", True),
+        ("xdm.amp.com*", "xdm.amp.com.devices", True),
+        ("xdm.amp.com*", "xdm.amp.com-allocation-id", True),
+        ("xdm.amp.com*", "xdm.amp.com/devices", False),
+        ("xdm.amp.com*", "io.xdm.amp.com", False),
+        ("xdm.amp.com/*", "xdm.amp.com/devices", True),
+        ("xdm.amp.com/*", "xdm.amp.com/a/b", False),
+        ("xdm.amp.co?", "xdm.amp.com", True),
+        ("a?b", "a/b", False),
+        ("[a-c]x", "bx", True),
+        ("[^a-c]x", "bx", False),
+        ("[^a-c]x", "/x", True),
+        ("a\\*", "a*", True),
+        ("a\\*", "ab", False),
+        ("*", "", True),
+    ],
+    ids=lambda v: str(v),
+)
+def test_path_match_is_gos(pattern: str, name: str, ok: bool) -> None:
+    assert path_match(pattern, name) is ok
+
+
+@pytest.mark.parametrize("pattern", ["[", "[]", "[a-", "a\\", "[z-a]"])
+def test_bad_patterns_are_errors_and_pass_nothing(pattern: str) -> None:
+    with pytest.raises(BadPattern):
+        path_match(pattern, "a")
+    assert not_passed(["a"], [pattern]) == ["a"]
+
+
+def test_keys_the_guides_pattern_drops_are_named() -> None:
+    keys = ["xdm.amp.com.allocation-id", "xdm.amp.com/devices", "other"]
+    assert not_passed(keys, ["xdm.amp.com*"]) == ["xdm.amp.com/devices", "other"]
+
+
+@given(st.text(max_size=12), st.text(max_size=12))
+def test_path_match_never_raises_but_bad_pattern(pattern: str, name: str) -> None:
+    try:
+        path_match(pattern, name)
+    except BadPattern:
+        pass
