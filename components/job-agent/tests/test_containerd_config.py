@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from lj_runtimekit_job_agent import containerd_config as cc
 
 SAMPLES = Path(__file__).parent / "samples"
-GOOD = ["v2-nvidia", "v2-plain", "v3-nvidia", "v1-legacy", "v2-imports"]
+GOOD = [
+    "v2-nvidia",
+    "v2-plain",
+    "v3-nvidia",
+    "v3-default",
+    "v4-containerd2.4-default",
+    "v1-legacy",
+    "v2-imports",
+]
 
 
 def sample(name: str) -> str:
@@ -45,8 +53,8 @@ def test_ten_enables_equal_one_and_disable_restores_the_bytes(name: str) -> None
 
 @pytest.mark.parametrize(
     ("name", "version"),
-    [("v1-legacy", 1), ("v2-nvidia", 2), ("v3-nvidia", 3)],
-    ids=["v1", "v2", "v3"],
+    [("v1-legacy", 1), ("v2-nvidia", 2), ("v3-nvidia", 3), ("v4-containerd2.4-default", 4)],
+    ids=["v1", "v2", "v3", "v4"],
 )
 def test_version_detected_from_the_file(name: str, version: int) -> None:
     assert cc.version_of(cc.parse(sample(name))) == version

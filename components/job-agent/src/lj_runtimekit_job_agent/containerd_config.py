@@ -32,7 +32,12 @@ MARK: Final = "# written by lj-runtimekit-job-agent; its disable action removes 
 CONTAINERD_DEFAULT_SYSTEMD_CGROUP: Final = False
 
 #: Where the CRI runtimes live, by config version (no ``version`` key means 1).
-CRI_PLUGIN: Final = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+CRI_PLUGIN: Final = {
+    1: "cri",
+    2: "io.containerd.grpc.v1.cri",
+    3: "io.containerd.cri.v1.runtime",
+    4: "io.containerd.cri.v1.runtime",  # containerd 2.4's `config default` writes version 4
+}
 
 _HEADER = re.compile(
     r"^(?P<indent>[ \t]*)\[(?!\[)(?P<key>(?:\"[^\"]*\"|'[^']*'|[^\]\"'])+)\][ \t]*(#.*)?$"
@@ -75,7 +80,7 @@ def version_of(doc: dict[str, Any]) -> int:
     """The config's schema version: the ``version`` key, 1 when absent."""
     version = doc.get("version", 1)
     if version not in CRI_PLUGIN:
-        raise MalformedConfig(f"containerd config version {version!r} unsupported (1, 2 or 3)")
+        raise MalformedConfig(f"containerd config version {version!r} unsupported (1 to 4)")
     return int(version)
 
 

@@ -50,7 +50,7 @@ class Settings:
     )
     new_config_version: int = _doc(
         "Config version written when the containerd config file does not exist (2 for "
-        "containerd 1.x, 3 for 2.x).",
+        "containerd 1.x, 3 for 2.0-2.3, 4 for 2.4 and later).",
         2,
     )
     systemd_cgroup: str = _doc(
@@ -98,8 +98,8 @@ class Settings:
             raise ConfigError(f"log_level {self.log_level!r}: expected one of {LOG_LEVELS}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format {self.log_format!r}: expected one of {LOG_FORMATS}")
-        if self.new_config_version not in (2, 3):
-            raise ConfigError(f"new_config_version {self.new_config_version}: expected 2 or 3")
+        if self.new_config_version not in (2, 3, 4):
+            raise ConfigError(f"new_config_version {self.new_config_version}: expected 2, 3 or 4")
         if not self.containerd_config.startswith("/"):
             raise ConfigError(f"containerd_config {self.containerd_config!r}: expected a host path")
         if self.systemd_cgroup not in SYSTEMD_CGROUP:
