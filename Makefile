@@ -90,10 +90,23 @@ demo: setup k8s-bin ## the whole suite end to end on the local cluster (ARGS=--o
 component_version = v$(shell sed -nE 's/^version = "([^"]+)"/\1/p' components/$(1)/pyproject.toml)
 bake_var = $(shell echo $(1) | tr a-z- A-Z_)_VERSION
 
+# The image versions docker-bake.hcl reads: each component's own, or lj_runtimekit_version for all.
+image_versions = $(if $(lj_runtimekit_version),lj_runtimekit_version=$(lj_runtimekit_version),$(foreach c,$(COMPONENTS),$(call bake_var,$(c))=$(call component_version,$(c))))
+# A base image and a uv image from a site's mirror (default: the Dockerfiles' for docker, made
+# locally for images).
+PYTHON_IMAGE ?=
+UV_IMAGE ?=
+
 .PHONY: docker
 docker: generate ## build the component images, each tagged with its own version (needs Docker + buildx)
-	REGISTRY=$(REGISTRY) $(if $(lj_runtimekit_version),lj_runtimekit_version=$(lj_runtimekit_version),$(foreach c,$(COMPONENTS),$(call bake_var,$(c))=$(call component_version,$(c)))) \
-	  docker buildx bake $(COMPONENTS)
+	REGISTRY=$(REGISTRY) $(image_versions) \
+	  docker buildx bake $(strip $(if $(PYTHON_IMAGE),--set '*.args.PYTHON_IMAGE=$(PYTHON_IMAGE)') \
+	    $(if $(UV_IMAGE),--set '*.args.UV_IMAGE=$(UV_IMAGE)') $(COMPONENTS))
+
+.PHONY: images
+images: setup ## the same images with buildah, no Docker engine: OCI archives + index.json in build/images
+	REGISTRY=$(REGISTRY) COMPONENTS="$(COMPONENTS)" UV=$(UV) OUT=$(BUILD)/images $(image_versions) \
+	  PYTHON_IMAGE=$(PYTHON_IMAGE) UV_IMAGE=$(UV_IMAGE) tests/images/build-images.sh
 
 .PHONY: clean
 clean: ## remove build outputs (the binary cache in ~/.cache stays)
