@@ -44,15 +44,20 @@ def _tar_bytes(entries: list[tuple[str, bytes, int]]) -> bytes:
 
 def build(name: str, entrypoint: list[str], files: dict[str, Path], env: list[str]) -> bytes:
     """The archive's bytes for an image of ``files`` (dest -> source) run as ``entrypoint``."""
-    entries = [(dest, src.read_bytes(), 0o755 if os.access(src, os.X_OK) else 0o644)
-               for dest, src in files.items()]
+    entries = [
+        (dest, src.read_bytes(), 0o755 if os.access(src, os.X_OK) else 0o644)
+        for dest, src in files.items()
+    ]
     layer_tar = _tar_bytes(entries)
     layer_gz = gzip.compress(layer_tar, mtime=0)
     config = {
         "architecture": "amd64",
         "os": "linux",
         "config": {"Entrypoint": entrypoint, "Env": env, "WorkingDir": "/"},
-        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer_tar).hexdigest()]},
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": ["sha256:" + hashlib.sha256(layer_tar).hexdigest()],
+        },
         "history": [{"created_by": "tests/cluster/oci-image.py"}],
     }
     blobs: dict[str, bytes] = {}
@@ -62,7 +67,9 @@ def build(name: str, entrypoint: list[str], files: dict[str, Path], env: list[st
         blobs[digest] = data
         return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
 
-    config_desc = blob(json.dumps(config, sort_keys=True).encode(), "application/vnd.oci.image.config.v1+json")
+    config_desc = blob(
+        json.dumps(config, sort_keys=True).encode(), "application/vnd.oci.image.config.v1+json"
+    )
     layer_desc = blob(layer_gz, "application/vnd.oci.image.layer.v1.tar+gzip")
     manifest = {
         "schemaVersion": 2,
@@ -77,8 +84,11 @@ def build(name: str, entrypoint: list[str], files: dict[str, Path], env: list[st
         "org.opencontainers.image.ref.name": tag,
     }
     manifest_desc["platform"] = {"architecture": "amd64", "os": "linux"}
-    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-             "manifests": [manifest_desc]}
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [manifest_desc],
+    }
     files_out = [
         ("oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode(), 0o644),
         ("index.json", json.dumps(index, sort_keys=True).encode(), 0o644),
@@ -88,13 +98,26 @@ def build(name: str, entrypoint: list[str], files: dict[str, Path], env: list[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--name", required=True, help="full image name with a domain, e.g. localhost/x/y:1")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--name", required=True, help="full image name with a domain, e.g. localhost/x/y:1"
+    )
     parser.add_argument("--out", required=True, type=Path, help="the archive to write")
-    parser.add_argument("--entrypoint", required=True, nargs="+", help="the image's entrypoint argv")
-    parser.add_argument("--file", action="append", default=[], metavar="SRC=DEST",
-                        help="a host file and where it lives in the image (repeatable)")
-    parser.add_argument("--env", action="append", default=[], metavar="K=V", help="image env (repeatable)")
+    parser.add_argument(
+        "--entrypoint", required=True, nargs="+", help="the image's entrypoint argv"
+    )
+    parser.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="SRC=DEST",
+        help="a host file and where it lives in the image (repeatable)",
+    )
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="K=V", help="image env (repeatable)"
+    )
     args = parser.parse_args(argv)
     files: dict[str, Path] = {}
     for spec in args.file:

@@ -1,6 +1,10 @@
 """The local control plane: etcd, kube-apiserver (RBAC, service accounts), kube-controller-manager,
 kube-scheduler and kwok, on loopback with free ports, in one work directory.
 
+With ``node_network=True`` it also claims a host bridge for real nodes
+(:mod:`lj_runtimekit_testkit.node`): the apiserver then listens on every address (nodes reach it at
+the bridge address, which joins its certificate) and holds a kubelet client certificate.
+
 ``ControlPlane.start()`` returns when every component answers its health check (deadlines, no
 sleeps); ``stop()`` stops every process group and is also registered with ``atexit`` and run on
 SIGTERM, so an interrupted test run leaves no process behind.
@@ -29,6 +33,7 @@ from lj_runtimekit_testkit.cluster.kubeconfig import write_kubeconfig
 from lj_runtimekit_testkit.cluster.pki import Pki, write_pki
 from lj_runtimekit_testkit.cluster.processes import BinaryProcess, wait_until
 from lj_runtimekit_testkit.cluster.stages import stages_yaml
+from lj_runtimekit_testkit.node.bridge import HostBridge
 
 log = structlog.get_logger(__name__)
 
@@ -81,6 +86,9 @@ class ControlPlane:
     scheduler_client: tuple[float, int] | None = None
     """kube-scheduler's client (QPS, burst), written to its KubeSchedulerConfiguration; None
     keeps its defaults (50, 100)."""
+    node_network: bool = False
+    """Claim a host bridge for real nodes and let the apiserver serve them there."""
+    bridge: HostBridge | None = None
     kubeconfig: Path = field(init=False)
     logs_dir: Path = field(init=False)
     pki: Pki = field(init=False)
@@ -111,7 +119,10 @@ class ControlPlane:
 
     def _start(self) -> None:
         bins = binaries_dir()
-        self.pki = write_pki(self.work_dir / "pki")
+        if self.node_network and self.bridge is None:
+            self.bridge = HostBridge.claim()
+        extra_ips = (self.bridge.ip,) if self.bridge else ()
+        self.pki = write_pki(self.work_dir / "pki", extra_ips=extra_ips)
         self.apiserver_port = free_port()
         write_kubeconfig(self.kubeconfig, self.server, self.pki)
         etcd = self._etcd(bins)
@@ -169,12 +180,21 @@ class ControlPlane:
 
     def _apiserver(self, bins: Path, etcd: str) -> None:
         pki = self.pki
+        node_args: list[str] = []
+        if self.bridge is not None:
+            # Nodes in their own network namespaces dial the bridge address; the apiserver binds
+            # one address only, so all of them. It reaches kubelets (logs, exec) as an admin.
+            node_args = [
+                f"--kubelet-client-certificate={pki.admin_cert}",
+                f"--kubelet-client-key={pki.admin_key}",
+            ]
         self._spawn(
             "kube-apiserver",
             [
                 str(bins / "kube-apiserver"),
                 f"--etcd-servers={etcd}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={'0.0.0.0' if self.bridge else '127.0.0.1'}",
+                *node_args,
                 "--advertise-address=127.0.0.1",
                 # Loopback may not be a Service endpoint; nothing in the cluster dials it anyway.
                 "--endpoint-reconciler-type=none",
@@ -280,4 +300,6 @@ class ControlPlane:
             atexit.unregister(self.stop)
         for proc in reversed(self.processes):
             proc.stop()
+        if self.bridge is not None:
+            self.bridge.release()
         log.info("control_plane_stopped", work_dir=str(self.work_dir))

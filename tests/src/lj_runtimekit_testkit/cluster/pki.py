@@ -87,8 +87,13 @@ def _issue(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def write_pki(directory: Path, service_ip: str = "10.96.0.1") -> Pki:
-    """Write a fresh CA and the certificates the control plane needs into ``directory``."""
+def write_pki(
+    directory: Path, service_ip: str = "10.96.0.1", extra_ips: tuple[str, ...] = ()
+) -> Pki:
+    """Write a fresh CA and the certificates the control plane needs into ``directory``.
+
+    ``extra_ips`` join the serving certificate's IP SANs (the node bridge address, where real
+    nodes reach the apiserver)."""
     directory.mkdir(parents=True, exist_ok=True)
     curve = ec.SECP256R1()
     ca_key = ec.generate_private_key(curve)
@@ -98,7 +103,9 @@ def write_pki(directory: Path, service_ip: str = "10.96.0.1") -> Pki:
     serving_key = ec.generate_private_key(curve)
     dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", service_ip)]
+    sans += [
+        x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", service_ip, *extra_ips)
+    ]
     serving = _issue(
         _name("kube-apiserver"),
         serving_key,
@@ -141,3 +148,33 @@ def write_pki(directory: Path, service_ip: str = "10.96.0.1") -> Pki:
     for key_file in (pki.ca_key, pki.serving_key, pki.admin_key, pki.sa_key):
         key_file.chmod(0o600)
     return pki
+
+
+def issue_from_ca(
+    pki: Pki,
+    cert_path: Path,
+    key_path: Path,
+    cn: str,
+    org: str | None = None,
+    *,
+    server_ips: tuple[str, ...] = (),
+    dns_names: tuple[str, ...] = (),
+) -> None:
+    """Write a certificate signed by the harness CA: a client one (``cn``/``org``, e.g.
+    ``system:node:<name>``/``system:nodes``), or also a serving one when ``server_ips`` or
+    ``dns_names`` are given."""
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca_key}: expected an EC key")
+    key = ec.generate_private_key(ec.SECP256R1())
+    usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips]
+    if sans:
+        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+    cert = _issue(_name(cn, org), key, ca.subject, ca_key, usages=usages, sans=sans or None)
+    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(_key_pem(key))
+    key_path.chmod(0o600)

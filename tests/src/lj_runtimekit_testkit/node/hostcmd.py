@@ -1,0 +1,40 @@
+"""Running the host's networking and mount tools (``ip``, ``iptables``) with errors that say what
+failed: the one place that shells out to them."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+
+
+class RealNodeError(RuntimeError):
+    """A real node could not be made or run here; the message names what failed and why."""
+
+
+class RealNodeUnavailable(RealNodeError):
+    """This machine cannot run real nodes at all (not Linux, not root, a tool missing)."""
+
+
+def run(argv: Sequence[str], what: str, *, timeout: float = 30.0, check: bool = True) -> str:
+    """Run ``argv``; return its stdout, or raise :class:`RealNodeError` naming ``what`` failed."""
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RealNodeError(f"{what}: `{' '.join(argv)}` could not run: {e}") from e
+    if check and proc.returncode != 0:
+        raise RealNodeError(
+            f"{what}: `{' '.join(argv)}` exited {proc.returncode}: "
+            f"{(proc.stderr or proc.stdout).strip()}"
+        )
+    return proc.stdout
+
+
+def succeeds(argv: Sequence[str], *, timeout: float = 30.0) -> bool:
+    """Whether ``argv`` runs and exits 0 (for probes where failure is an answer, not an error)."""
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
