@@ -14,7 +14,7 @@ from aiohttp import web
 from . import logs, server
 from .collector import State
 from .errors import ConfigError
-from .kubelet import KubeletPods
+from .kubelet import KubeletPods, PodResources
 from .poller import PodSource, Poller
 from .runtime import RuntimeClient
 from .settings import Settings
@@ -37,6 +37,7 @@ class Exporter:
         self.state = State(
             node=settings.node_name,
             pods_source=settings.pods_source,
+            pod_resources=bool(settings.pod_resources_socket),
             max_age=settings.max_snapshot_age,
         )
         self.runtime = RuntimeClient(settings.socket_dir, settings.rpc_timeout)
@@ -48,7 +49,19 @@ class Exporter:
             from .kube import ApiserverPods
 
             self.pods = ApiserverPods(settings.node_name, settings.kubeconfig or None)
-        self.poller = Poller(self.state, self.runtime, self.pods, settings.poll_interval)
+        self.pod_resources: PodResources | None = None
+        if settings.pod_resources_socket:
+            self.pod_resources = PodResources(
+                settings.pod_resources_socket, settings.kubelet_timeout
+            )
+        self.poller = Poller(
+            self.state,
+            self.runtime,
+            self.pods,
+            settings.poll_interval,
+            held=self.pod_resources,
+            fallback=settings.pods_source,
+        )
         self.port = 0
         self._stop = asyncio.Event()
         self._poll_task: asyncio.Task[None] | None = None
@@ -70,6 +83,8 @@ class Exporter:
     async def start(self) -> None:
         if self.pods is not None:
             await self.pods.start()
+        if self.pod_resources is not None:
+            await self.pod_resources.start()
         self._poll_task = asyncio.create_task(self._guard(), name="poll")
         app = server.create_app(self.state, self.healthy)
         self._runner, self.port = await server.start(
@@ -99,6 +114,8 @@ class Exporter:
                 log.debug("poll_task_ended_with_error")
         if self.pods is not None:
             await self.pods.stop()
+        if self.pod_resources is not None:
+            await self.pod_resources.stop()
         await self.runtime.close()
 
 

@@ -15,7 +15,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from . import naming
-from .attribution import attribute
+from .attribution import attribute, join
 from .exposition import EOF, Family, LabelSet, render
 from .snapshot import Device, DeviceSample, RuntimeState, Snapshot
 
@@ -37,6 +37,9 @@ class State:
 
     node: str
     pods_source: str
+    pod_resources: bool = False
+    """Whether the kubelet's pod-resources is the attribution source (the pod source is then
+    the fallback, in use only while pod-resources does not answer)."""
     max_age: float = 60.0
     """A snapshot older than this (seconds) serves no device series: the poll loop is stuck."""
     snapshot: Snapshot | None = None
@@ -121,7 +124,12 @@ def _container_families(node: str, snap: Snapshot, rt: RuntimeState) -> Iterator
         Family(naming.CONTAINER_CORE),
         Family(naming.CONTAINER_MEM_ALLOC),
     ]
-    if rt.allocations is not None:
+    allocations, pods = rt.allocations, snap.pods
+    if snap.held is not None:
+        # the kubelet's word on who holds what: every allocation under its real container,
+        # only those a live container holds (no pod list needed)
+        allocations, pods = join(rt.allocations, snap.held), None
+    if allocations is not None:
         util_of: dict[str, float] = {}
         used_of: dict[str, float] = {}
         for device_id, s in _unique_samples(rt).items():
@@ -129,7 +137,7 @@ def _container_families(node: str, snap: Snapshot, rt: RuntimeState) -> Iterator
             for p in s.partitions:
                 util_of.setdefault(p.partition_id, p.utilization_ratio)
                 used_of.setdefault(p.partition_id, p.memory_used_bytes)
-        rows = attribute(rt.allocations, rt.usage, snap.pods, util_of, used_of)
+        rows = attribute(allocations, rt.usage, pods, util_of, used_of)
         holdable = _holdable(rt)
         util, used, core, alloc = fams
         for r in rows:
@@ -166,7 +174,9 @@ def _self_families(state: State, now: float) -> Iterator[Family]:
             info.add((node, snap.runtime.version, snap.runtime.api_version), 1.0)
         for method in sorted(snap.degraded):
             missing.add((node, method), 1.0)
-        if state.pods_source != "none":
+        if state.pod_resources:
+            pods_up.add((node, "pod-resources"), 1.0 if snap.held is not None else 0.0)
+        if state.pods_source != "none" and snap.held is None:  # the fallback, while in use
             pods_up.add((node, state.pods_source), 1.0 if snap.pods_up else 0.0)
         age.add((node,), max(now - snap.taken_at, 0.0))
         ts.add((node,), snap.taken_at)

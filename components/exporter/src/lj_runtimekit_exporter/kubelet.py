@@ -1,13 +1,18 @@
-"""The only module that talks to the kubelet: its read-only ``/pods`` (default port 10255)."""
+"""The only module that talks to the kubelet: its pod-resources API (``v1.PodResourcesLister``
+on a unix socket: which pod and container holds which device ids) and, as the fallback, its
+read-only ``/pods`` (default port 10255)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import aiohttp
+import grpc
+
+from lj_runtimekit_interface.podresources.v1 import api_pb2, api_pb2_grpc
 
 from .errors import TemporaryError
-from .snapshot import Pod
+from .snapshot import Held, Pod
 
 
 class PodsUnavailable(TemporaryError):
@@ -77,3 +82,48 @@ class KubeletPods:
                 "(readOnlyPort: 10255)? Otherwise use --pods-source=apiserver"
             ) from e
         return pods_from_podlist(doc)
+
+
+class PodResourcesUnavailable(TemporaryError):
+    """The kubelet's pod-resources socket did not answer this poll."""
+
+
+def held_from_proto(resp: api_pb2.ListPodResourcesResponse) -> tuple[Held, ...]:
+    """One :class:`Held` per container and device resource of the kubelet's answer."""
+    return tuple(
+        Held(p.namespace, p.name, c.name, d.resource_name, tuple(d.device_ids))
+        for p in resp.pod_resources
+        for c in p.containers
+        for d in c.devices
+        if d.device_ids
+    )
+
+
+class PodResources:
+    """Lists the kubelet's pod resources over ``socket``; one channel reused across polls."""
+
+    def __init__(self, socket: str, timeout: float) -> None:
+        self.socket = socket
+        self._timeout = timeout
+        self._channel: grpc.aio.Channel | None = None
+
+    async def start(self) -> None:
+        self._channel = grpc.aio.insecure_channel(f"unix://{self.socket}")
+
+    async def stop(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    async def held(self) -> tuple[Held, ...]:
+        if self._channel is None:
+            raise RuntimeError("PodResources.start() was not awaited")
+        stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+        try:
+            resp = await stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._timeout)
+        except grpc.aio.AioRpcError as e:
+            raise PodResourcesUnavailable(
+                f"kubelet pod-resources {self.socket}: {e.code().name} {e.details()}; is the "
+                "socket mounted into the exporter (hostPath /var/lib/kubelet/pod-resources)?"
+            ) from e
+        return held_from_proto(resp)

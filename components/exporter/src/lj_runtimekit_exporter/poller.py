@@ -18,7 +18,7 @@ from tenacity import RetryCallState, wait_exponential
 
 from .collector import State
 from .errors import TemporaryError
-from .snapshot import Pod, RuntimeState, Snapshot
+from .snapshot import Held, Pod, RuntimeState, Snapshot
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +44,12 @@ class PodSource(Protocol):
     async def pods(self) -> tuple[Pod, ...]: ...
 
 
+class HeldSource(Protocol):
+    socket: str
+
+    async def held(self) -> tuple[Held, ...]: ...
+
+
 class Poller:
     """Publishes a fresh :class:`Snapshot` into ``state`` every ``interval`` seconds."""
 
@@ -53,7 +59,10 @@ class Poller:
         runtime: RuntimeSource,
         pods: PodSource | None,
         interval: float,
+        *,
         clock: Callable[[], float] = time.time,
+        held: HeldSource | None = None,
+        fallback: str = "",
     ) -> None:
         self._state = state
         self._runtime = runtime
@@ -64,6 +73,10 @@ class Poller:
         self._failures = 0
         self._pods_failing = False
         self._last_pods: tuple[Pod, ...] | None = None
+        self._held = held
+        self._held_up: bool | None = None
+        """Whether pod-resources answered last time (None: not asked yet)."""
+        self._fallback = fallback
         self.rounds = 0
         self.last_round_at = 0.0
         """Monotonic time the last round finished (for /healthz)."""
@@ -72,7 +85,9 @@ class Poller:
         """One round: never raises for a peer's failure, always publishes a snapshot."""
         started = time.perf_counter()
         rt = await self._read_runtime()
-        pods = await self._read_pods()
+        held = await self._read_held()
+        # the pod list is the fallback: read only while pod-resources does not answer
+        pods = await self._read_pods() if held is None else None
         snap = Snapshot(
             node=self._state.node,
             taken_at=self._clock(),
@@ -80,6 +95,7 @@ class Poller:
             pods=pods if pods is not None else self._last_pods,
             pods_up=pods is not None,
             degraded=frozenset(self._runtime.missing) if rt is not None else frozenset(),
+            held=held,
         )
         stats = self._state.stats
         stats.collections += 1
@@ -114,6 +130,37 @@ class Poller:
             log.info("runtime_reconnected", node=self._state.node, after_attempts=self._failures)
         self._failures = 0
         return rt
+
+    async def _read_held(self) -> tuple[Held, ...] | None:
+        if self._held is None:
+            return None
+        try:
+            held = await self._held.held()
+        except TemporaryError as e:
+            self._state.stats.errors["pod_resources"] = (
+                self._state.stats.errors.get("pod_resources", 0) + 1
+            )
+            if self._held_up is not False:
+                log.warning(
+                    "attribution_source",
+                    source=self._fallback or "runtime",
+                    node=self._state.node,
+                    error=str(e),
+                    effect="pod-resources unavailable: attributing with the fallback pod source "
+                    "until it answers (whole devices recorded without a pod go unattributed)",
+                )
+            self._held_up = False
+            return None
+        if self._held_up is not True:
+            log.info(
+                "attribution_source",
+                source="pod-resources",
+                socket=self._held.socket,
+                node=self._state.node,
+                containers=len({(h.namespace, h.pod, h.container) for h in held}),
+            )
+        self._held_up = True
+        return held
 
     async def _read_pods(self) -> tuple[Pod, ...] | None:
         if self._pods is None:

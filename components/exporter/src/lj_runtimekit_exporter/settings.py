@@ -65,7 +65,13 @@ class Settings:
     kubelet_pods_url: str = _doc(
         "URL of the kubelet's read-only pod list.", "http://localhost:10255/pods"
     )
-    kubelet_timeout: float = _doc("Seconds one /pods request may take.", 2.0)
+    kubelet_timeout: float = _doc("Seconds one /pods or pod-resources request may take.", 2.0)
+    pod_resources_socket: str = _doc(
+        "The kubelet's pod-resources socket: which pod and container holds which device, the "
+        "source of attribution (the pod source above is the fallback while it does not answer). "
+        "Empty: not used.",
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+    )
     kubeconfig: str = _doc(
         "Kubeconfig for --pods-source=apiserver; empty means the in-cluster ServiceAccount.", ""
     )

@@ -112,6 +112,19 @@ class Pod:
 
 
 @dataclass(frozen=True)
+class Held:
+    """What the kubelet says one container holds of one resource (pod-resources ``List``)."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+    """The device plugin's unit ids: a device or partition id for whole devices,
+    ``<device id>::core-<n>`` / ``<device id>::mem-<n>`` for shares."""
+
+
+@dataclass(frozen=True)
 class RuntimeState:
     """Everything read from the Runtime in one poll."""
 
@@ -140,3 +153,6 @@ class Snapshot:
     """Whether this poll read the pod list."""
     degraded: frozenset[str] = frozenset()
     """Runtime methods this Runtime lacks, e.g. "MonitorService.GetAllocationUsage"."""
+    held: tuple[Held, ...] | None = None
+    """The kubelet's pod-resources answer of this poll; None when it is not read or did not
+    answer (attribution then uses ``pods``, the fallback source)."""
