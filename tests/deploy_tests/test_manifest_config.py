@@ -50,3 +50,28 @@ def test_component_rejects_an_unknown_configmap_key(component: str, tmp_path: Pa
     errors: Any = importlib.import_module(f"{package}.errors")
     with pytest.raises(errors.ConfigError, match="no_such_key_anywhere"):
         settings.load(argv, env)
+
+
+@pytest.mark.parametrize("component", list(FOLDERS), ids=list(FOLDERS))
+def test_probes_and_ports_are_the_ones_the_component_listens_on(
+    component: str, tmp_path: Path
+) -> None:
+    text, args, env = manifest_parts(component)
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    argv = [a.replace(CONFIG_PATH, str(config)) for a in args]
+    package = "lj_runtimekit_" + component.replace("-", "_")
+    loaded: Any = importlib.import_module(f"{package}.settings").load(argv, env)
+    listens = getattr(loaded, "port", None) or loaded.metrics_port
+    (workload,) = [
+        o for o in static_objects([component]) if o["kind"] in {"DaemonSet", "Deployment"}
+    ]
+    (c,) = containers(workload)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    for probe in ("readinessProbe", "livenessProbe"):
+        port = c[probe]["httpGet"]["port"]
+        assert ports.get(port, port) == listens, f"{probe} on {port}, the daemon on {listens}"
+    if getattr(loaded, "listen_address", "0.0.0.0") not in ("0.0.0.0", "::", ""):
+        pytest.fail(
+            f"{component} listens on {loaded.listen_address}: the kubelet's probe misses it"
+        )

@@ -140,3 +140,70 @@ def test_no_role_grants_secrets_or_wildcards() -> None:
             assert "*" not in rule["verbs"], key(o)
             assert "*" not in rule["resources"], key(o)
             assert "secrets" not in rule["resources"], key(o)
+
+
+NODE_AGENTS = ["device-plugin", "exporter"]
+
+
+def mounts(component: str) -> dict[str, tuple[Obj, Obj]]:
+    """mountPath → (volumeMount, volume) of the component's container."""
+    obj = workload(component)
+    (c,) = containers(obj)
+    volumes = {v["name"]: v for v in pod_spec(obj)["volumes"]}
+    return {m["mountPath"]: (m, volumes[m["name"]]) for m in c["volumeMounts"]}
+
+
+@pytest.mark.parametrize("component", NODE_AGENTS)
+def test_node_agents_reach_the_kubelets_read_only_port_on_the_host_network(
+    component: str,
+) -> None:
+    # pods_source kubelet reads http://localhost:10255/pods: localhost must be the node's.
+    spec = pod_spec(workload(component))
+    assert spec["hostNetwork"] is True
+    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet", "or cluster DNS is lost on the host net"
+    (c,) = containers(workload(component))
+    for port in c["ports"]:
+        assert port.get("hostPort", port["containerPort"]) == port["containerPort"], port
+
+
+@pytest.mark.parametrize(
+    ("component", "path", "writable"),
+    [
+        ("device-plugin", "/var/lib/kubelet/device-plugins", True),
+        ("device-plugin", "/var/lib/kubelet/pod-resources", False),
+        ("device-plugin", "/run/amp/eKitC/xdm/sockets", True),
+        ("exporter", "/var/lib/kubelet/pod-resources", False),
+        ("exporter", "/run/amp/eKitC/xdm/sockets", False),
+    ],
+    ids=lambda v: str(v).replace("/", "_") if isinstance(v, str) else str(v),
+)
+def test_node_agents_mount_the_node_sockets_they_use_at_the_nodes_paths(
+    component: str, path: str, writable: bool
+) -> None:
+    assert path in mounts(component), f"{component} does not mount {path}"
+    mount, volume = mounts(component)[path]
+    assert volume["hostPath"]["path"] == path, "settings name host paths: mount them as such"
+    assert mount.get("readOnly", False) is not writable
+
+
+@pytest.mark.parametrize("component", NODE_AGENTS)
+def test_every_host_path_says_its_type(component: str) -> None:
+    for path, (_, volume) in mounts(component).items():
+        if "hostPath" not in volume:
+            continue
+        kind = volume["hostPath"].get("type")
+        # The kubelet's own directory must exist; a peer's (Runtime, pod-resources under another
+        # --root-dir) may come later: the daemon waits and says so instead of the pod hanging.
+        want = "Directory" if path == "/var/lib/kubelet/device-plugins" else "DirectoryOrCreate"
+        assert kind == want, (component, path, kind)
+
+
+@pytest.mark.parametrize("component", NODE_AGENTS)
+def test_node_agents_connect_to_root_owned_sockets_as_root_without_capabilities(
+    component: str,
+) -> None:
+    (c,) = containers(workload(component))
+    sc = c["securityContext"]
+    assert sc["runAsUser"] == 0
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
