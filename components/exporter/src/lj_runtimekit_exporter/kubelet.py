@@ -122,6 +122,10 @@ class PodResources:
         try:
             resp = await stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._timeout)
         except grpc.aio.AioRpcError as e:
+            # a fresh channel next poll: a restarted kubelet's new socket is found at once,
+            # not after the old channel's reconnect backoff
+            await self.stop()
+            await self.start()
             raise PodResourcesUnavailable(
                 f"kubelet pod-resources {self.socket}: {e.code().name} {e.details()}; is the "
                 "socket mounted into the exporter (hostPath /var/lib/kubelet/pod-resources)?"
