@@ -51,12 +51,12 @@ class Kubelet(api_pb2_grpc.PodResourcesListerServicer):
             ]
         )
 
-    async def Get(  # noqa: N802
+    async def Get(
         self, request: api_pb2.GetPodResourcesRequest, context: Any
     ) -> api_pb2.GetPodResourcesResponse:
         return api_pb2.GetPodResourcesResponse()
 
-    async def GetAllocatableResources(  # noqa: N802
+    async def GetAllocatableResources(
         self, request: api_pb2.AllocatableResourcesRequest, context: Any
     ) -> api_pb2.AllocatableResourcesResponse:
         return api_pb2.AllocatableResourcesResponse()
