@@ -2,8 +2,14 @@
 # Deploys or removes LJ RuntimeKit on the cluster kubectl points at (guide §3.3).
 #
 #   deploy/deploy-all.sh deploy   [--components=device-plugin,scheduler,exporter,controller] [--dry-run]
-#   deploy/deploy-all.sh undeploy [--components=...] [--dry-run]
+#   deploy/deploy-all.sh undeploy [--components=...] [--dry-run] [--force]
 #   deploy/deploy-all.sh verify   [--components=...]
+#
+# Every action first says which cluster it acts on (kubectl's current context and server).
+# An undeploy of all components first switches the feature off on every node (guide §3.5): it
+# removes the node label, waits until the controller's disable Jobs have taken the lj-runtime
+# handler out of each node's containerd (DISABLE_TIMEOUT), and only then deletes the controller;
+# at the end no node keeps a label or annotation of the suite. --force goes on after a timeout.
 #
 # Environment:
 #   lj_runtimekit_version   image tag for every component (e.g. v1.13.0); unset: the tags written
@@ -13,6 +19,7 @@
 #   LJ_RUNTIMEKIT_LOG_DIR   where the log of this run goes (default: ./lj-runtimekit-deploy-logs)
 #   ROLLOUT_TIMEOUT         how long to wait for each rollout (default 300s)
 #   NODE_LABEL              the feature label of the nodes to run on (default lj_runtimekit_enable=true)
+#   DISABLE_TIMEOUT         seconds an undeploy waits for the nodes to be disabled (default 600)
 #
 # It can be run again at any time: objects are applied, so a second run changes nothing.
 # Objects shared by all components (the CRDs and the lj-runtime RuntimeClass) are applied on every
@@ -24,11 +31,17 @@ KUBECTL=${KUBECTL:-kubectl}
 NS=kube-system
 NODE_LABEL=${NODE_LABEL:-lj_runtimekit_enable=true}
 ROLLOUT_TIMEOUT=${ROLLOUT_TIMEOUT:-300s}
+DISABLE_TIMEOUT=${DISABLE_TIMEOUT:-600}
 ALL_COMPONENTS=(device-plugin exporter scheduler controller)
+STATUS_ANNOTATION=lj-runtimekit-controller/last-action-status
+AGENT_JOBS=app.kubernetes.io/managed-by=lj-runtimekit-controller
+# What the suite writes on nodes: the device plugin's labels, the components' annotations.
+OUR_LABEL_PREFIX=lj-runtimekit.aliyun.com/
+OUR_ANNOTATION_PREFIXES=(lj-runtimekit-controller/ lj-runtimekit-device-plugin/ lj-runtimekit-scheduler/ lj-runtimekit-exporter/)
 MIN_SERVER_MINOR=30 # ValidatingAdmissionPolicy v1 (admissionregistration.k8s.io/v1)
 
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
@@ -70,6 +83,16 @@ render() {
 }
 
 k() { "$KUBECTL" "$@"; }
+
+# Which cluster this run acts on, said before anything is changed.
+cluster() {
+  command -v "$KUBECTL" >/dev/null || die "kubectl not found ($KUBECTL)" \
+    "install kubectl or point KUBECTL at it"
+  local context server
+  context=$(k config current-context 2>/dev/null) || context="<none: in-cluster or KUBECONFIG without current-context>"
+  server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null) || server=""
+  info "cluster: context '$context', server ${server:-<unknown>}"
+}
 
 preflight() {
   info "preflight: kubectl and the cluster"
@@ -149,14 +172,144 @@ deploy() {
   verify
 }
 
+# Every node's name, then per line "node<TAB>label|annotation<TAB>key<TAB>value" for its labels
+# and annotations (the value only for the controller's status, the one read here).
+node_meta() {
+  k get nodes -o go-template='{{range .items}}{{$n := .metadata.name}}{{range $k, $v := .metadata.labels}}{{$n}}{{"\t"}}label{{"\t"}}{{$k}}{{"\t"}}{{"\n"}}{{end}}{{range $k, $v := .metadata.annotations}}{{$n}}{{"\t"}}annotation{{"\t"}}{{$k}}{{"\t"}}{{if eq $k "'"$STATUS_ANNOTATION"'"}}{{$v}}{{end}}{{"\n"}}{{end}}{{end}}'
+}
+
+# Nodes not yet disabled, one "node<TAB>why" per line: a status other than a succeeded disable,
+# or an agent Job still running.
+not_disabled() {
+  local meta jobs
+  meta=$(node_meta) || return 1
+  jobs=$(k -n "$NS" get jobs -l "$AGENT_JOBS" \
+    -o go-template='{{range .items}}{{if .status.active}}{{index .metadata.annotations "lj-runtimekit-controller/node"}}{{"\t"}}Job {{.metadata.name}} running{{"\n"}}{{end}}{{end}}') || return 1
+  awk -F'\t' -v key="$STATUS_ANNOTATION" '
+    $2 == "annotation" && $3 == key {
+      if (!($4 ~ /"action":"disable"/ && $4 ~ /"result":"succeeded"/)) {
+        why = $4; sub(/.*"message":"/, "", why); sub(/".*/, "", why)
+        act = $4; sub(/.*"action":"/, "", act); sub(/".*/, "", act)
+        res = $4; sub(/.*"result":"/, "", res); sub(/".*/, "", res)
+        print $1 "\tlast action " act " " res (why != "" ? ": " why : "")
+      }
+    }' <<<"$meta"
+  if [[ -n $jobs ]]; then printf '%s\n' "$jobs"; fi
+}
+
+controller_ready() {
+  local ready
+  ready=$(k -n "$NS" get deployment lj-runtimekit-controller -o jsonpath='{.status.readyReplicas}' 2>/dev/null || true)
+  [[ ${ready:-0} -ge 1 ]]
+}
+
+# Guide §3.5: without the label the controller runs the disable Job on each node; the suite is
+# removed only once no node's containerd keeps the lj-runtime handler.
+disable_nodes() {
+  local key=${NODE_LABEL%%=*} labelled pending deadline next_report=0
+  labelled=$(k get nodes -l "$key" -o name) || die "cannot list the nodes" "run: $KUBECTL get nodes"
+  pending=$(not_disabled) || die "cannot read the nodes' status" "run: $KUBECTL get nodes"
+  if [[ -z $labelled && -z $pending ]]; then
+    info "no node is labelled $key or enabled: nothing to disable"
+    return
+  fi
+  if [[ -n $dry_run ]]; then
+    info "dry run: would remove the label $key from: $(tr '\n' ' ' <<<"$labelled")"
+    info "dry run: would wait for the controller to disable: $(cut -f1 <<<"$pending" | sort -u | tr '\n' ' ')"
+    return
+  fi
+  if ! controller_ready; then
+    local msg="the controller is not running: nobody can switch the feature off on the nodes (their containerd keeps the lj-runtime handler)"
+    [[ -n $force ]] || die "$msg" \
+      "deploy it first (deploy-all.sh deploy --components=controller) and undeploy again, or add --force to remove the suite anyway"
+    warn "$msg; --force: going on"
+  fi
+  local node
+  for node in $labelled; do
+    info "switch the feature off: $KUBECTL label ${node} $key-"
+    k label "$node" "$key-" | sed "s/^/$(ts) [INFO]   /"
+  done
+  info "wait for the controller's disable Jobs (timeout ${DISABLE_TIMEOUT}s)"
+  deadline=$((SECONDS + DISABLE_TIMEOUT))
+  while true; do
+    if ! pending=$(not_disabled); then
+      warn "cannot read the nodes' status; trying again"
+      pending="?"
+    fi
+    [[ -z $pending ]] && break
+    if ((SECONDS >= deadline)); then
+      local hint="kubectl -n $NS get jobs -l $AGENT_JOBS; kubectl -n $NS logs job/lj-agent-<node>-disable; kubectl get node <node> -o jsonpath='{.metadata.annotations.lj-runtimekit-controller/last-action-status}'"
+      while IFS=$'\t' read -r node why; do warn "  $node: $why"; done <<<"$pending"
+      [[ -n $force ]] || die "the feature is still on after ${DISABLE_TIMEOUT}s on: $(cut -f1 <<<"$pending" | sort -u | tr '\n' ' ')" \
+        "$hint; fix the node and undeploy again, or add --force to remove the suite anyway"
+      warn "--force: removing the suite although these nodes are not disabled"
+      return
+    fi
+    if ((SECONDS >= next_report)); then
+      info "  waiting for $(cut -f1 <<<"$pending" | sort -u | wc -l) node(s): $(cut -f1 <<<"$pending" | sort -u | head -5 | tr '\n' ' ')"
+      next_report=$((SECONDS + 10))
+    fi
+    sleep 2
+  done
+  info "every node is disabled"
+}
+
+# Labels and annotations of the suite left on nodes: the feature label, the device plugin's
+# device labels, the components' annotations.
+clean_nodes() {
+  local key=${NODE_LABEL%%=*} node kind name
+  local -A labels=() annotations=()
+  local meta
+  meta=$(node_meta) || die "cannot read the nodes' labels" "run: $KUBECTL get nodes --show-labels"
+  while IFS=$'\t' read -r node kind name _; do
+    [[ -n $node && -n $name ]] || continue
+    if [[ $kind == label && ($name == "$key" || $name == "$OUR_LABEL_PREFIX"*) ]]; then
+      labels[$node]+=" $name-"
+    elif [[ $kind == annotation ]]; then
+      local prefix
+      for prefix in "${OUR_ANNOTATION_PREFIXES[@]}"; do
+        [[ $name == "$prefix"* ]] && annotations[$node]+=" $name-"
+      done
+    fi
+  done <<<"$meta"
+  for node in "${!labels[@]}"; do
+    info "node $node: remove labels${labels[$node]}"
+    # shellcheck disable=SC2086
+    [[ -n $dry_run ]] || k label node "$node" ${labels[$node]} >/dev/null
+  done
+  for node in "${!annotations[@]}"; do
+    info "node $node: remove annotations${annotations[$node]}"
+    # shellcheck disable=SC2086
+    [[ -n $dry_run ]] || k annotate node "$node" ${annotations[$node]} >/dev/null
+  done
+}
+
 undeploy() {
-  local i c
-  for ((i = ${#selected[@]} - 1; i >= 0; i--)); do delete_folder "$(folder_of "${selected[i]}")"; done
-  if ((${#selected[@]} == ${#ALL_COMPONENTS[@]})); then
+  local i c all=""
+  ((${#selected[@]} == ${#ALL_COMPONENTS[@]})) && all=1
+  if [[ -n $all ]]; then
+    disable_nodes
+  elif wants controller; then
+    warn "undeploying the controller alone: the nodes stay as they are (enabled ones keep the" \
+      "lj-runtime handler) and label changes are not acted on until it is deployed again;" \
+      "to switch the feature off everywhere, undeploy all components"
+  fi
+  for ((i = ${#selected[@]} - 1; i >= 0; i--)); do
+    c=${selected[i]}
+    delete_folder "$(folder_of "$c")"
+    [[ -n $dry_run ]] || k -n "$NS" wait --for=delete pod -l "app=lj-runtimekit-$c" --timeout=120s >/dev/null 2>&1 ||
+      warn "pods of lj-runtimekit-$c still terminating"
+  done
+  if [[ -n $all ]]; then
+    info "delete the agent Jobs the controller kept (failed ones)"
+    k -n "$NS" delete jobs -l "$AGENT_JOBS" --ignore-not-found ${dry_run:+--dry-run=server} |
+      sed "s/^/$(ts) [INFO]   /"
     delete_folder common
     info "delete the shared objects (CRDs, RuntimeClass)"
     k delete ${dry_run:+--dry-run=server} --ignore-not-found --wait=true -f "$here/crds/" |
       sed "s/^/$(ts) [INFO]   /"
+    info "remove the suite's labels and annotations from the nodes"
+    clean_nodes
   else
     info "kept the shared objects (CRDs, RuntimeClass): other components may use them"
   fi
@@ -208,12 +361,13 @@ main() {
   [[ $# -ge 1 ]] || usage 2
   local action=$1 arg
   shift
-  dry_run=""
+  dry_run="" force=""
   local components=""
   for arg in "$@"; do
     case $arg in
       --components=*) components=${arg#--components=} ;;
       --dry-run) dry_run=1 ;;
+      --force) force=1 ;;
       -h | --help) usage 0 ;;
       *) echo "unknown argument: $arg" >&2; usage 2 ;;
     esac
@@ -238,6 +392,7 @@ main() {
   exec > >(tee -a "$logfile") 2>&1
   info "deploy-all.sh $action components=${selected[*]}${dry_run:+ (dry run)} log=$logfile"
   info "images: registry=${LJ_RUNTIMEKIT_REGISTRY:-<as in the manifests>} version=${lj_runtimekit_version:-<as in the manifests>}"
+  cluster
   "$action"
 }
 

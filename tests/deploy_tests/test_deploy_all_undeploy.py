@@ -1,0 +1,235 @@
+"""`deploy-all.sh undeploy` switches the feature off on the nodes before the controller goes
+(guide §3.5), says which cluster it acts on, and leaves no label or annotation of the suite.
+
+Driven against a small kubectl stand-in that keeps nodes and the controller's behaviour in a JSON
+file (the controller writes a succeeded disable status on each unlabelled enabled node), so the
+order of the script's calls is checked without a cluster; test_deploy_cluster.py runs the same
+script against a real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lj_runtimekit_testkit.manifests import DEPLOY
+
+STATUS = "lj-runtimekit-controller/last-action-status"
+LABEL = "lj_runtimekit_enable"
+
+FAKE_KUBECTL = r"""
+import json, sys, yaml
+state_path = sys.argv[1]
+args = sys.argv[2:]
+with open(state_path) as f:
+    st = json.load(f)
+st["calls"].append(" ".join(a if len(a) < 80 else a[:40] + "..." for a in args))
+out = ""
+ns_args = args[2:] if args[:1] == ["-n"] else args
+
+def status(action, result):
+    return json.dumps({"action": action, "result": result, "time": "t", "job": "j",
+                       "agentVersion": "1.13.0", "message": f"{action}: done", "reason": "Done"},
+                      separators=(",", ":"))
+
+def controller_tick():
+    if not st["controller"] or st["stuck"]:
+        return
+    for name, n in st["nodes"].items():
+        s = n["annotations"].get(KEY)
+        if LABEL not in n["labels"] and s and '"action":"enable"' in s:
+            n["annotations"][KEY] = status("disable", "succeeded")
+            st["disabled_while_controller_ran"].append(name)
+
+LABEL = "lj_runtimekit_enable"
+KEY = "lj-runtimekit-controller/last-action-status"
+CONTROLLER = "Deployment/lj-runtimekit-controller"
+if args[:2] == ["config", "current-context"]:
+    out = "ctx-test\n"
+elif args[:2] == ["config", "view"]:
+    out = "https://fake-apiserver:6443"
+elif ns_args[:2] == ["get", "nodes"] and "-l" in ns_args:
+    key = ns_args[ns_args.index("-l") + 1]
+    out = "".join(f"node/{n}\n" for n, v in st["nodes"].items() if key in v["labels"])
+elif ns_args[:2] == ["get", "nodes"]:
+    st["polls"] += 1
+    if st["polls"] > 2:
+        controller_tick()
+    for n, v in st["nodes"].items():
+        for k in v["labels"]:
+            out += f"{n}\tlabel\t{k}\t\n"
+        for k, val in v["annotations"].items():
+            out += f"{n}\tannotation\t{k}\t{val if k == KEY else ''}\n"
+elif ns_args[:2] == ["get", "jobs"]:
+    out = ""
+elif ns_args[:2] == ["get", "deployment"]:
+    out = "1" if st["controller"] else ""
+elif ns_args[:1] == ["label"]:
+    node = ns_args[1].removeprefix("node/") if "/" in ns_args[1] else ns_args[2]
+    for k in [a[:-1] for a in ns_args if a.endswith("-")]:
+        st["nodes"][node]["labels"].pop(k, None)
+elif ns_args[:1] == ["annotate"]:
+    for k in [a[:-1] for a in ns_args if a.endswith("-")]:
+        st["nodes"][ns_args[2]]["annotations"].pop(k, None)
+elif ns_args[:1] == ["delete"] and "-f" in ns_args:
+    source = ns_args[ns_args.index("-f") + 1]
+    if source == "-":
+        for d in yaml.safe_load_all(sys.stdin.read()):
+            if d:
+                st["deleted"].append(f"{d['kind']}/{d['metadata']['name']}")
+                if f"{d['kind']}/{d['metadata']['name']}" == CONTROLLER:
+                    st["controller"] = False
+    else:
+        st["deleted"].append(source)
+elif ns_args[:2] == ["delete", "jobs"]:
+    st["deleted"].append("agent-jobs")
+with open(state_path, "w") as f:
+    json.dump(st, f)
+sys.stdout.write(out)
+"""
+
+
+def node(labels: dict[str, str], status: str | None = None) -> dict[str, Any]:
+    annotations = {"kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd.sock"}
+    if status:
+        annotations[STATUS] = json.dumps(
+            {"action": status, "result": "succeeded", "message": f"{status}: done"},
+            separators=(",", ":"),
+        )
+    return {"labels": {"kubernetes.io/hostname": "x", **labels}, "annotations": annotations}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Path:
+    state = {
+        "nodes": {
+            "gpu-a": node(
+                {LABEL: "true", "lj-runtimekit.aliyun.com/gpu-model": "H200"}, status="enable"
+            ),
+            "gpu-b": node({LABEL: "true"}, status="enable"),
+            "cpu-c": node({}),
+        },
+        "controller": True,
+        "stuck": False,
+        "polls": 0,
+        "calls": [],
+        "deleted": [],
+        "disabled_while_controller_ran": [],
+    }
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(state))
+    fake = tmp_path / "kubectl"
+    (tmp_path / "fake_kubectl.py").write_text(FAKE_KUBECTL)
+    fake.write_text(
+        f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_kubectl.py"} {path} "$@"\n'
+    )
+    fake.chmod(0o755)
+    return path
+
+
+def undeploy(state: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    environ = {
+        **os.environ,
+        "KUBECTL": str(state.parent / "kubectl"),
+        "LJ_RUNTIMEKIT_LOG_DIR": str(state.parent / "logs"),
+        "DISABLE_TIMEOUT": "20",
+        **env,
+    }
+    done = subprocess.run(
+        [str(DEPLOY / "deploy-all.sh"), "undeploy", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+        check=False,
+    )
+    return done, json.loads(state.read_text())
+
+
+def set_state(state: Path, **changes: Any) -> None:
+    data = json.loads(state.read_text())
+    data.update(changes)
+    state.write_text(json.dumps(data))
+
+
+def test_undeploy_disables_every_node_before_the_controller_goes_and_leaves_nothing(
+    cluster: Path,
+) -> None:
+    done, st = undeploy(cluster)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "cluster: context 'ctx-test', server https://fake-apiserver:6443" in out
+    assert out.index("cluster: context") < out.index("switch the feature off")
+    calls = st["calls"]
+    first_change = next(i for i, c in enumerate(calls) if c.startswith(("label", "delete")))
+    assert all(not c.startswith(("label", "annotate", "delete")) for c in calls[:first_change])
+    assert sorted(st["disabled_while_controller_ran"]) == ["gpu-a", "gpu-b"]
+    assert "Deployment/lj-runtimekit-controller" in st["deleted"]
+    assert "every node is disabled" in out
+    assert out.index("every node is disabled") < out.index("delete deploy/controller")
+    assert "agent-jobs" in st["deleted"]
+    for name, n in st["nodes"].items():
+        assert LABEL not in n["labels"], name
+        assert not [k for k in n["labels"] if k.startswith("lj-runtimekit.aliyun.com/")], name
+        assert not [k for k in n["annotations"] if k.startswith("lj-runtimekit-")], name
+        assert "kubeadm.alpha.kubernetes.io/cri-socket" in n["annotations"], "others' stay"
+
+
+def test_a_node_not_disabled_in_time_stops_the_undeploy_with_what_to_check(
+    cluster: Path,
+) -> None:
+    set_state(cluster, stuck=True)
+    done, st = undeploy(cluster, DISABLE_TIMEOUT="3")
+    assert done.returncode == 1
+    out = done.stdout
+    assert "the feature is still on after 3s on: gpu-a gpu-b" in out
+    assert "gpu-a: last action enable succeeded: enable: done" in out
+    assert "logs job/lj-agent-<node>-disable" in out
+    assert "--force" in out
+    assert st["controller"], "the controller is kept to finish the job"
+    assert not st["deleted"]
+
+
+def test_force_goes_on_after_the_timeout(cluster: Path) -> None:
+    set_state(cluster, stuck=True)
+    done, st = undeploy(cluster, "--force", DISABLE_TIMEOUT="2")
+    assert done.returncode == 0, done.stdout
+    assert "--force: removing the suite although these nodes are not disabled" in done.stdout
+    assert "Deployment/lj-runtimekit-controller" in st["deleted"]
+
+
+def test_without_a_running_controller_the_undeploy_refuses_to_strand_the_handler(
+    cluster: Path,
+) -> None:
+    set_state(cluster, controller=False)
+    done, st = undeploy(cluster)
+    assert done.returncode == 1
+    assert "the controller is not running" in done.stdout
+    assert "deploy-all.sh deploy --components=controller" in done.stdout
+    assert not st["deleted"]
+    assert LABEL in st["nodes"]["gpu-a"]["labels"], "nothing changed"
+
+
+def test_undeploying_only_the_controller_keeps_the_nodes_as_they_are(cluster: Path) -> None:
+    done, st = undeploy(cluster, "--components=controller")
+    assert done.returncode == 0, done.stdout
+    assert "undeploying the controller alone: the nodes stay as they are" in done.stdout
+    assert LABEL in st["nodes"]["gpu-a"]["labels"]
+    assert STATUS in st["nodes"]["gpu-a"]["annotations"]
+    assert "Deployment/lj-runtimekit-controller" in st["deleted"]
+    assert not [d for d in st["deleted"] if "DaemonSet" in d or "crds" in d], "only the controller"
+
+
+def test_dry_run_says_what_it_would_do_and_changes_nothing(cluster: Path) -> None:
+    done, st = undeploy(cluster, "--dry-run")
+    assert done.returncode == 0, done.stdout
+    assert "dry run: would remove the label lj_runtimekit_enable from: node/gpu-a node/gpu-b" in (
+        done.stdout
+    )
+    assert not [c for c in st["calls"] if c.startswith(("label", "annotate"))]
