@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
-from .assignment import WholeIntent, WholePending
+from .assignment import PodView, WholeIntent, WholePending, whole_owner
 from .errors import DevicePluginError, PermanentError, TemporaryError
 from .model import Allocation, Injection
 from .reconcile import PROVISIONAL_NAMESPACE, stale_whole
@@ -25,6 +25,7 @@ UNATTRIBUTED_NAMESPACE = PROVISIONAL_NAMESPACE
 StaleReleaser = Callable[[list[Allocation], str], Awaitable[None]]
 """(allocations of gone containers, resource): release them, with logs and metrics."""
 InjectionCheck = Callable[[str, Injection], None]
+PodLister = Callable[[], Awaitable[list[PodView]]]
 
 
 class AllocateTimeout(TemporaryError):
@@ -42,11 +43,6 @@ class SharedAllocator:
         self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> WholeIntent:
         return NO_INTENT
-
-    async def whole_owner(
-        self, resource: str, device_ids: Sequence[str], owned: set[tuple[str, str]]
-    ) -> WholePending | None:
-        return None
 
     async def mark_whole(
         self, owner: WholePending, resource: str, allocation_id: str, device_ids: Sequence[str]
@@ -72,7 +68,11 @@ class Allocator:
         *,
         release_stale: StaleReleaser | None = None,
         check: InjectionCheck | None = None,
+        pods: PodLister | None = None,
+        node: str = "",
     ) -> None:
+        self.pods = pods
+        self.node = node
         self.release_stale = release_stale
         self.check = check or (lambda *_: None)
         self.client = client
@@ -151,9 +151,21 @@ class Allocator:
     async def _owner(
         self, resource: str, devices: list[str], owned: set[tuple[str, str]]
     ) -> WholePending | None:
+        if self.pods is None:
+            return None
         try:
             async with asyncio.timeout(min(self.timeout_s / 2, 2.0)):
-                return await self.shared.whole_owner(resource, devices, owned)
+                pods = await self.pods()
         except (TimeoutError, DevicePluginError) as e:
             log.warning("whole_owner_unknown", resource=resource, error=str(e) or "timeout")
             return None
+        owner, ambiguous = whole_owner(pods, self.node, resource, devices, owned)
+        if owner is None and ambiguous:
+            log.info(
+                "whole_owner_ambiguous",
+                resource=resource,
+                devices=devices,
+                candidates=[f"{w.pod.namespace}/{w.pod.name}[{w.container}]" for w in ambiguous],
+                next="provisional owner; pod-resources re-owns it",
+            )
+        return owner

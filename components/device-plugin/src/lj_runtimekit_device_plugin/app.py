@@ -212,6 +212,8 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
         _handshake(s, client, names, api, pods),
         release_stale=reclaimer.release_stale,
         check=annotation_check(s.annotation_patterns, metrics),
+        pods=pods,
+        node=s.node_name,
     )
 
     def registered(resource: str) -> None:

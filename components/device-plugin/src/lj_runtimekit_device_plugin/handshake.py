@@ -26,7 +26,6 @@ from .assignment import (
     candidates,
     unique,
     whole_intent,
-    whole_owner,
     with_mark,
 )
 from .errors import DevicePluginError, PermanentError
@@ -136,23 +135,6 @@ class SharedHandshake:
                 await self.post_event(p, reason, message)
             except DevicePluginError as e:
                 log.warning("event_not_posted", pod=f"{p.namespace}/{p.name}", error=str(e))
-
-    async def whole_owner(
-        self, resource: str, device_ids: Sequence[str], owned: set[tuple[str, str]]
-    ) -> WholePending | None:
-        """The container a whole-device Allocate is for; None (with a log) when unknown."""
-        pods = await self.list_pods()
-        self._forget_gone(pods)
-        owner, ambiguous = whole_owner(pods, self.node, resource, device_ids, owned)
-        if owner is None and ambiguous:
-            log.info(
-                "whole_owner_ambiguous",
-                resource=resource,
-                devices=list(device_ids),
-                candidates=[f"{w.pod.namespace}/{w.pod.name}[{w.container}]" for w in ambiguous],
-                next="provisional owner; pod-resources re-owns it",
-            )
-        return owner
 
     async def mark_whole(
         self, owner: WholePending, resource: str, allocation_id: str, device_ids: Sequence[str]

@@ -47,6 +47,8 @@ class SampleDevicePlugin(api_pb2_grpc.DevicePluginServicer):
         self.preferred_calls: list[tuple[list[str], int]] = []
         self.pre_start_calls: list[list[str]] = []
         self.registrations = 0
+        self.allocate_delay_s = 0.0
+        """Seconds each Allocate takes (to observe what the kubelet shows meanwhile)."""
         self._changed = asyncio.Event()
         self._server: aio.Server | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -92,6 +94,8 @@ class SampleDevicePlugin(api_pb2_grpc.DevicePluginServicer):
         self, request: api_pb2.AllocateRequest, context: aio.ServicerContext[object, object]
     ) -> api_pb2.AllocateResponse:
         responses = []
+        if self.allocate_delay_s:
+            await asyncio.sleep(self.allocate_delay_s)
         for req in request.container_requests:
             ids = list(req.devices_ids)
             self.allocate_calls.append(ids)
