@@ -98,3 +98,13 @@ def test_job_manifest_has_only_the_host_access_the_agent_needs() -> None:
     ]
     assert pod["containers"][0]["args"][:2] == ["disable", "--node-name=gpu-1"]
     assert m["metadata"]["annotations"][names.ATTEMPT_KEY] == "2"
+
+
+def test_job_starts_where_the_runtime_is_absent_so_the_agent_can_say_so() -> None:
+    t = job_spec.JobTemplate(image="reg/lj-runtimekit-controller-job-agent:v1.13.0")
+    pod = job_spec.manifest(t, "gpu-1", "enable", 1)["spec"]["template"]["spec"]
+    types = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in pod["volumes"]}
+    assert types["/run/amp/eKitC/xdm/sockets"] == "DirectoryOrCreate"
+    (agent,) = pod["containers"]
+    assert agent["imagePullPolicy"] == "IfNotPresent"
+    assert pod["hostPID"] is True, "the agent restarts containerd through nsenter"

@@ -33,11 +33,17 @@ def manifest(t: JobTemplate, node: str, action: str, attempt: int) -> dict[str, 
     annotations = {names.NODE_KEY: node, names.ATTEMPT_KEY: str(attempt)}
     volumes = [
         {"name": "containerd", "hostPath": {"path": t.containerd_dir, "type": "DirectoryOrCreate"}},
-        {"name": "runtime-sockets", "hostPath": {"path": t.socket_dir, "type": "Directory"}},
+        # OrCreate: on a node without the Runtime the agent starts and reports "config-daemon.sock
+        # not found" (exit 3) instead of the pod hanging in ContainerCreating until the deadline.
+        {
+            "name": "runtime-sockets",
+            "hostPath": {"path": t.socket_dir, "type": "DirectoryOrCreate"},
+        },
     ]
     container = {
         "name": "agent",
         "image": t.image,
+        "imagePullPolicy": "IfNotPresent",
         "args": [action, f"--node-name={node}", f"--socket-dir={t.socket_dir}", *t.agent_args],
         "env": [{"name": "NODE_NAME", "value": node}],
         "securityContext": {"privileged": True, "runAsUser": 0},
