@@ -1,6 +1,14 @@
-"""pytest fixtures of the cluster part of the harness: ``cluster`` (session) and ``namespace``.
+"""pytest fixtures of the cluster part of the harness: ``cluster`` (session), ``namespace``, and
+the real nodes: ``real_node`` (one for the session, with the gpu-8x-nvlink Runtime simulator and
+its device nodes) and ``real_nodes`` (a factory; its nodes stop at the end of the test).
 
-A failed test that used ``cluster`` gets the tail of every binary's log in its report.
+When the session holds a test marked ``realnode``, ``cluster`` is started with the node network
+(a host bridge; the apiserver then listens on every address). A machine that cannot run real
+nodes at all (not Linux, not root) skips those tests saying why; any other failure to make a node
+fails them with what failed.
+
+A failed test that used ``cluster`` gets the tail of every binary's log in its report, and one that
+used a real node the tails of its supervisor, containerd and kubelet logs.
 """
 
 from __future__ import annotations
@@ -8,6 +16,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -16,20 +26,92 @@ from kubernetes.client.exceptions import ApiException
 from lj_runtimekit_testkit.cluster.binaries import BinariesMissing
 from lj_runtimekit_testkit.cluster.handle import Cluster
 from lj_runtimekit_testkit.cluster.launcher import ControlPlane
+from lj_runtimekit_testkit.node import RealNode, RealNodeError, RealNodes, host_support
+
+REAL_NODE_INVENTORY = "gpu-8x-nvlink"
+_node_network_error: list[str] = []
+
+
+def _session_wants_real_nodes(session: pytest.Session) -> bool:
+    return any(item.get_closest_marker("realnode") for item in session.items)
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     """A local control plane (etcd, apiserver with RBAC, KCM, scheduler, kwok) for the session."""
-    control_plane = ControlPlane(work_dir=tmp_path_factory.mktemp("cluster"))
+    node_network = _session_wants_real_nodes(request.session) and host_support() is None
+    control_plane = ControlPlane(
+        work_dir=tmp_path_factory.mktemp("cluster"), node_network=node_network
+    )
     try:
         control_plane.start()
     except BinariesMissing as e:
         pytest.fail(str(e), pytrace=False)
+    except RealNodeError as e:
+        # The other tests still get their cluster; the real-node ones fail with this.
+        _node_network_error.append(f"the control plane's node network: {e}")
+        control_plane = ControlPlane(work_dir=tmp_path_factory.mktemp("cluster"))
+        control_plane.start()
     try:
         yield Cluster.from_control_plane(control_plane)
     finally:
         control_plane.stop()
+
+
+@pytest.fixture(scope="session")
+def _real_node_pool(cluster: Cluster) -> Iterator[RealNodes]:
+    reason = host_support()
+    if reason:
+        pytest.skip(reason)
+    if _node_network_error:
+        pytest.fail(_node_network_error[0], pytrace=False)
+    assert cluster.control_plane is not None
+    pool = RealNodes(cluster.control_plane)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node(_real_node_pool: RealNodes) -> RealNode:
+    """One real node for the session (kubelet + containerd + runc, Ready), with the runtime
+    simulator (gpu-8x-nvlink) on /run/amp/eKitC/xdm/sockets/ and its device nodes in the node's
+    private /dev. Tests that change it (containerd config, restarts) leave it Ready."""
+    try:
+        return _real_node_pool.add(inventory=REAL_NODE_INVENTORY, private_dev=True)
+    except RealNodeError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@dataclass
+class RealNodeFactory:
+    """``real_nodes.add(...)``: more real nodes for one test, stopped when it ends."""
+
+    pool: RealNodes
+    made: list[RealNode] = field(default_factory=list)
+
+    def add(self, **kwargs: Any) -> RealNode:
+        try:
+            node = self.pool.add(**kwargs)
+        except RealNodeError as e:
+            pytest.fail(str(e), pytrace=False)
+        self.made.append(node)
+        return node
+
+
+@pytest.fixture
+def real_nodes(_real_node_pool: RealNodes) -> Iterator[RealNodeFactory]:
+    """A factory of real nodes (``add(inventory=..., private_dev=..., labels=...)``) whose nodes
+    stop at the end of the test."""
+    factory = RealNodeFactory(_real_node_pool)
+    try:
+        yield factory
+    finally:
+        for node in reversed(factory.made):
+            node.stop()
 
 
 @pytest.fixture
@@ -81,3 +163,9 @@ def pytest_runtest_makereport(
     handle = funcargs.get("cluster")
     if isinstance(handle, Cluster):
         report.sections.append(("control plane logs", handle.log_tails()))
+    nodes = [v for v in funcargs.values() if isinstance(v, RealNode)]
+    factory = funcargs.get("real_nodes")
+    if isinstance(factory, RealNodeFactory):
+        nodes += factory.made
+    for node in nodes:
+        report.sections.append((f"real node {node.name} logs", node.log_tails()))

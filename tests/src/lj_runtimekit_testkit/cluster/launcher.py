@@ -187,6 +187,8 @@ class ControlPlane:
             node_args = [
                 f"--kubelet-client-certificate={pki.admin_cert}",
                 f"--kubelet-client-key={pki.admin_key}",
+                # Node names do not resolve here; their InternalIP (the veth address) does.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
             ]
         self._spawn(
             "kube-apiserver",

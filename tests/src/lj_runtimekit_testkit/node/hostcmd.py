@@ -38,3 +38,21 @@ def succeeds(argv: Sequence[str], *, timeout: float = 30.0) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
+
+
+def free_char_major(first: int = 240, last: int = 254) -> int:
+    """A character major (from the range Linux keeps for local use) that no driver registered,
+    for fake device nodes that must not reach a real driver if opened."""
+    used: set[int] = set()
+    with open("/proc/devices") as f:
+        block = False
+        for line in f:
+            if line.startswith("Block devices"):
+                block = True
+            parts = line.split()
+            if not block and len(parts) == 2 and parts[0].isdigit():
+                used.add(int(parts[0]))
+    for major in range(first, last + 1):
+        if major not in used:
+            return major
+    raise RealNodeError(f"no free character major in {first}..{last} for fake devices")

@@ -30,10 +30,10 @@ class FakeDevice:
     minor: int
 
 
-def accelerator_devices(count: int, prefix: str = "/dev/xpu", major: int = 511) -> list[FakeDevice]:
-    """``count`` fake accelerators ``/dev/xpu0``.. plus a control node ``/dev/xpuctl``."""
-    devices = [FakeDevice(f"{prefix}{i}", major, i) for i in range(count)]
-    return [*devices, FakeDevice(f"{prefix}ctl", major, 255)] if count else []
+def accelerator_devices(paths: list[str], major: int) -> list[FakeDevice]:
+    """Character devices at ``paths`` (e.g. the simulator inventory's /dev/nvidia0..,
+    /dev/nvidiactl), numbered ``major``:0.. (a major no driver on the host claims)."""
+    return [FakeDevice(p, major, i) for i, p in enumerate(paths)]
 
 
 @dataclass(frozen=True)
@@ -71,16 +71,15 @@ class NodeLayout:
         return self.root / "supervisor.log"
 
     def host_path(self, node_path: str) -> Path:
-        """Where ``node_path`` (as the node sees it) lives on the host. A /usr/local path the node
-        never wrote is the host's own file (the overlay's lower layer)."""
+        """Where ``node_path`` (as the node sees it) lives on the host. Paths under the node's
+        private trees map into ``root`` — for /usr/local that is the overlay's upper dir, so a
+        file the node only inherits from the host's /usr/local is not there (and writing through
+        this path never reaches the host's own /usr/local). Other paths are the host's."""
         if not node_path.startswith("/"):
             raise ValueError(f"node paths are absolute, got {node_path!r}")
         for prefix, host_dir in self.mapping().items():
             if node_path == prefix or node_path.startswith(prefix + "/"):
-                mapped = host_dir / node_path[len(prefix) :].lstrip("/")
-                if prefix == "/usr/local" and not mapped.exists() and Path(node_path).exists():
-                    return Path(node_path)
-                return mapped
+                return host_dir / node_path[len(prefix) :].lstrip("/")
         return Path(node_path)
 
     def mounts(self, private_dev: bool) -> list[dict[str, str]]:

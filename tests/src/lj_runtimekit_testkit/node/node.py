@@ -38,11 +38,12 @@ from lj_runtimekit_testkit.node.config import (
     kubelet_config,
     node_kubeconfig,
 )
-from lj_runtimekit_testkit.node.hostcmd import RealNodeError, run
+from lj_runtimekit_testkit.node.hostcmd import RealNodeError, free_char_major, run
 from lj_runtimekit_testkit.node.layout import (
     NODE_PATH,
     FakeDevice,
     NodeLayout,
+    accelerator_devices,
     supervisor_spec,
 )
 
@@ -67,6 +68,8 @@ class RealNode:
     inventory: str | None = None
     """Runtime simulator inventory (name in tests/inventories or a YAML path); None: no Runtime."""
     private_dev: bool = False
+    """A private /dev with the standard devices and ``devices`` (default: the device nodes of
+    ``inventory``, so that what the Runtime injects exists on the node)."""
     devices: list[FakeDevice] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     ready_deadline_s: float = 120.0
@@ -353,6 +356,10 @@ class RealNode:
         self._write(
             XPU_RUNTIME, shebang + (_HERE / "xpu_runtime_standin.py").read_text(), mode=0o755
         )
+        if self.private_dev and not self.devices and self.inventory:
+            self.devices = accelerator_devices(
+                _inventory_device_nodes(self.inventory), free_char_major()
+            )
         args = [f"--node-labels={','.join(f'{k}={v}' for k, v in self.labels.items())}"]
         spec = supervisor_spec(
             name=self.name,
@@ -495,6 +502,14 @@ class RealNode:
             return
         with contextlib.suppress(Exception), _api(self.control_plane) as api:
             client.CoreV1Api(api).delete_node(self.name, _request_timeout=5)
+
+
+def _inventory_device_nodes(inventory: str) -> list[str]:
+    from lj_runtimekit_testkit.simulator.inventory_file import load_inventory
+
+    inv = load_inventory(inventory)
+    paths = [p for d in inv.devices for p in d.device_nodes]
+    return list(dict.fromkeys([*paths, *inv.control_device_nodes]))
 
 
 def _api(control_plane: ControlPlane) -> client.ApiClient:

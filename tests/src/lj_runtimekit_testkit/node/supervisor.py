@@ -34,10 +34,16 @@ _RESTART_DELAY_S = 1.0
 _STOP_GRACE_S = 15.0
 
 
+_say_lock = threading.Lock()
+
+
 def say(event: str, **kv: object) -> None:
     """One log line on stdout (the host keeps it in the node's supervisor.log)."""
     fields = " ".join(f"{k}={v}" for k, v in kv.items())
-    print(f"{time.strftime('%H:%M:%S')} supervisor {event} {fields}".rstrip(), flush=True)
+    line = f"{time.strftime('%H:%M:%S')} supervisor {event} {fields}".rstrip() + "\n"
+    with _say_lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 class SetupError(RuntimeError):
@@ -65,6 +71,7 @@ def apply_mounts(spec: dict[str, Any]) -> None:
             opts = f"lowerdir={m['lower']},upperdir={m['upper']},workdir={m['work']}"
             sh(["mount", "-t", "overlay", "overlay", "-o", opts, target], f"overlay on {target}")
         elif kind == "tmpfs":
+            os.makedirs(target, exist_ok=True)
             sh(
                 ["mount", "-t", "tmpfs", "-o", m.get("options", "mode=755"), "tmpfs", target],
                 f"tmpfs on {target}",
