@@ -218,7 +218,9 @@ disable_nodes() {
     info "dry run: would wait for the controller to disable: $(cut -f1 <<<"$pending" | sort -u | tr '\n' ' ')"
     return
   fi
-  if ! controller_ready; then
+  # Only nodes with a status (or a running Job) need the controller; labelled nodes it never
+  # enabled just lose the label.
+  if [[ -n $pending ]] && ! controller_ready; then
     local msg="the controller is not running: nobody can switch the feature off on the nodes (their containerd keeps the lj-runtime handler)"
     [[ -n $force ]] || die "$msg" \
       "deploy it first (deploy-all.sh deploy --components=controller) and undeploy again, or add --force to remove the suite anyway"

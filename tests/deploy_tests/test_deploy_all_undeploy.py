@@ -233,3 +233,14 @@ def test_dry_run_says_what_it_would_do_and_changes_nothing(cluster: Path) -> Non
         done.stdout
     )
     assert not [c for c in st["calls"] if c.startswith(("label", "annotate"))]
+
+
+def test_labelled_nodes_never_enabled_need_no_controller(cluster: Path) -> None:
+    data = json.loads(cluster.read_text())
+    for n in data["nodes"].values():
+        n["annotations"].pop(STATUS, None)
+    data["controller"] = False
+    cluster.write_text(json.dumps(data))
+    done, st = undeploy(cluster)
+    assert done.returncode == 0, done.stdout
+    assert LABEL not in st["nodes"]["gpu-a"]["labels"]
