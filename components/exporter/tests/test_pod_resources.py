@@ -3,7 +3,9 @@ serving the kubelet's proto, beside the runtime simulator's real sockets."""
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,8 @@ from lj_runtimekit_exporter.kubelet import PodResources, PodResourcesUnavailable
 from lj_runtimekit_exporter.snapshot import Held
 from lj_runtimekit_interface.podresources.v1 import api_pb2, api_pb2_grpc
 from lj_runtimekit_interface.runtime.v1 import device_pb2, device_pb2_grpc
+from lj_runtimekit_testkit.kubelet import KubeletEmulator
+from lj_runtimekit_testkit.kubelet.sample_plugin import SampleDevicePlugin
 from lj_runtimekit_testkit.simulator.simulator import Simulator
 
 CORE = "lj_runtimekit_container_allocated_core_ratio"
@@ -103,7 +107,15 @@ async def test_the_client_reads_what_the_kubelet_lists(pod_resources: Served) ->
         with pytest.raises(PodResourcesUnavailable, match=r"kubelet pod-resources .*UNAVAILABLE"):
             await client.held()
         await pod_resources.start()
-        assert len(await client.held()) == 1  # back without a new client
+        # back at a later poll without a new client (as the poller retries each interval)
+        end = time.monotonic() + 10
+        while True:
+            try:
+                assert len(await client.held()) == 1
+                break
+            except PodResourcesUnavailable:
+                assert time.monotonic() < end, "pod-resources not found again"
+                await asyncio.sleep(0.1)
     finally:
         await client.stop()
 
@@ -154,3 +166,42 @@ async def test_whole_gpus_recorded_without_a_pod_get_pod_labelled_series(
             == {("pod-resources", 0.0), ("kubelet", 0.0)}
         )
     )
+
+
+async def test_attribution_from_the_kubelet_emulator_s_pod_resources(
+    kubelet_emulator: KubeletEmulator, runtime_sim: Simulator, exporter_factory: Factory
+) -> None:
+    k = kubelet_emulator
+    plugin = SampleDevicePlugin(k.plugin_dir, "aliyun.com/gpu", 4)  # units gpu-0..gpu-3
+    await plugin.start()
+    try:
+        await until(lambda: len(k.devices("aliyun.com/gpu")) == 4)
+        pod: dict[str, Any] = {
+            "metadata": {"namespace": "team", "name": "train", "uid": "uid-train"},
+            "spec": {
+                "containers": [
+                    {"name": "trainer", "resources": {"limits": {"aliyun.com/gpu": "2"}}},
+                    {"name": "sidecar"},
+                ]
+            },
+            "status": {"phase": "Running"},
+        }
+        k.set_pods([pod])
+        await k.admit(pod)
+        exp = await exporter_factory(
+            socket_dir=str(runtime_sim.socket_dir), pod_resources_socket=k.pod_resources_socket
+        )
+        got = await exp.wait_for(lambda s: len(s.get(CORE, [])) == 2)
+        assert {(lab["pod"], lab["container"]) for lab, _ in got[CORE]} == {("train", "trainer")}
+        assert {lab["device"] for lab, _ in got[CORE]} == set(plugin.allocate_calls[0])
+        pod["status"]["phase"] = "Succeeded"  # the kubelet lists active pods only
+        await exp.wait_for(lambda s: CORE not in s or not s[CORE])
+    finally:
+        await plugin.stop()
+
+
+async def until(check: Callable[[], bool], deadline_s: float = 10.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not check():
+        assert time.monotonic() < end, "not reached in time"
+        await asyncio.sleep(0.05)
