@@ -81,6 +81,7 @@ class RealNode:
     _proc: BinaryProcess | None = field(default=None, init=False, repr=False)
     _pid: int = field(default=0, init=False)
     _pid_ns: str = field(default="", init=False)
+    _seen: dict[int, str] = field(default_factory=dict, init=False, repr=False)
     _stopped: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -188,9 +189,10 @@ class RealNode:
         return "\n".join(parts)
 
     def host_pids(self) -> dict[str, list[int]]:
-        """Host pids of the processes in the node's PID namespace, by command name."""
+        """Host pids of the node's processes (its supervisor's descendants and everything in its
+        PID namespace, pods' own namespaces included), by command name."""
         found: dict[str, list[int]] = {}
-        for pid in _pids_in_ns(self._pid_ns):
+        for pid in self._processes():
             with contextlib.suppress(OSError):
                 comm = Path(f"/proc/{pid}/comm").read_text().strip()
                 found.setdefault(comm, []).append(pid)
@@ -439,6 +441,21 @@ class RealNode:
                 return bool(cond.status == "True")
         return False
 
+    def _processes(self) -> list[int]:
+        """Live host pids of the node: its PID namespace's members, the supervisor's descendants
+        (containers sit in PID namespaces of their own), and any seen at stop still alive."""
+        table = _table()
+        pids = set(_pids_in_ns(self._pid_ns)) if self._pid_ns else set()
+        if self._pid and self._pid in table and not self._stopped:
+            pids.add(self._pid)
+        changed = True
+        while changed:
+            children = {p for p, (ppid, _) in table.items() if ppid in pids} - pids
+            changed = bool(children)
+            pids |= children
+        pids |= {p for p, start in self._seen.items() if p in table and table[p][1] == start}
+        return sorted(pids)
+
     def _require_running(self) -> None:
         if not self._pid or self._stopped:
             raise RealNodeError(f"node {self.name} is not running")
@@ -473,11 +490,12 @@ class RealNode:
         self._stopped = True
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
+        self._seen = _starts(self._processes())  # pods in their own PID namespaces too
         if self._proc is not None:
             self._proc.stop(grace_s=40.0)
         if self._pid_ns:
             deadline = time.monotonic() + 30.0
-            while pids := _pids_in_ns(self._pid_ns):
+            while pids := self._processes():
                 if time.monotonic() > deadline:
                     for pid in pids:
                         with contextlib.suppress(ProcessLookupError):
@@ -532,6 +550,23 @@ def _children(parent: int) -> list[int]:
             if int(stat.rpartition(")")[2].split()[1]) == parent:
                 kids.append(int(entry))
     return kids
+
+
+def _table() -> dict[int, tuple[int, str]]:
+    """pid -> (ppid, start time) of every live process (zombies left out)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+                if fields[0] != "Z":
+                    table[int(entry)] = (int(fields[1]), fields[19])
+    return table
+
+
+def _starts(pids: list[int]) -> dict[int, str]:
+    table = _table()
+    return {pid: table[pid][1] for pid in pids if pid in table}
 
 
 def _pids_in_ns(pid_ns: str) -> list[int]:
