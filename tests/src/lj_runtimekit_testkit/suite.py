@@ -63,7 +63,8 @@ def built_images(index: Path = INDEX) -> list[BuiltImage]:
             archive = REPO / archive
         if not archive.is_file():
             raise ImagesMissing(f"image archive {archive} is missing: run `make images` again")
-        images.append(BuiltImage(str(item["component"]), str(item["ref"]), archive))
+        ref = item.get("ref") or item["image"]
+        images.append(BuiltImage(str(item["component"]), str(ref), archive))
     missing = set(IMAGES) - {i.component for i in images}
     if missing:
         raise ImagesMissing(f"{index} lacks {sorted(missing)}: run `make images` again")

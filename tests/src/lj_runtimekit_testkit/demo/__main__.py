@@ -1,29 +1,33 @@
-"""``make demo [ARGS=--once|--keep]``: the whole suite end to end on the local control plane.
+"""``make demo [ARGS=--once|--keep]``: the whole suite end to end on a cluster with real nodes.
 
-Starts the control plane with KWOK nodes and three emulated accelerator nodes (8 GPUs in NVLink
-islands, 8 PPUs, MIG/TDM), runs the five components as local processes, switches the nodes on
-with the feature label, submits sample workloads and shows what happens. Exits 0 only when every
-workload ran on the expected kind of node, the simulators hold the allocations and the exporters
-expose series with pod labels.
+Starts the control plane with KWOK nodes for scale and three real accelerator nodes (kubelet,
+containerd and runc; 8 GPUs in NVLink islands, 8 PPUs, MIG/TDM — each node's Runtime is the
+runtime simulator), loads the images ``make images`` built onto the nodes, labels them
+``lj_runtimekit_enable=true`` and runs ``deploy/deploy-all.sh deploy`` — the controller's Jobs then
+run the job agent on each node. It submits whole-GPU, shared-GPU, PPU and gang workloads, shows
+what an operator would check, deletes and resubmits them (every device must come back), and exits
+0 only when every workload ran where expected with its injection, allocation and metrics.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
 from lj_runtimekit_testkit.demo.scenario import Outcome, Scenario
-from lj_runtimekit_testkit.demo.stack import Stack
+from lj_runtimekit_testkit.demo.stack import ACCELERATOR_NODES, Stack
+from lj_runtimekit_testkit.node import host_support
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -33,10 +37,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument(
         "--keep", action="store_true", help="leave the cluster running in the background"
     )
-    p.add_argument(
-        "--kwok-nodes", type=int, default=200, help="KWOK nodes beside the emulated ones"
-    )
-    p.add_argument("--timeout", type=float, default=240, help="seconds to wait for the workloads")
+    p.add_argument("--kwok-nodes", type=int, default=200, help="KWOK nodes beside the real ones")
+    p.add_argument("--timeout", type=float, default=300, help="seconds to wait for each phase")
     p.add_argument("--work-dir", type=Path, default=None, help="default: a fresh temp dir")
     p.add_argument(
         "--hold", action="store_true", help=argparse.SUPPRESS
@@ -48,15 +50,41 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
+class Stopped(Exception):
+    """Ctrl-C or SIGTERM while waiting."""
+
+
+def until(
+    what: str,
+    done: Callable[[], bool],
+    deadline_s: float,
+    stop: threading.Event,
+    show: Callable[[], str] | None = None,
+) -> bool:
+    """Poll ``done`` every 2 s, printing ``show()`` when it changes; False at the deadline."""
+    deadline = time.monotonic() + deadline_s
+    last = ""
+    while not stop.is_set():
+        if done():
+            return True
+        if show is not None and (line := show()) != last:
+            say(line)
+            last = line
+        if time.monotonic() > deadline:
+            say(f"{what}: not within {deadline_s:.0f} s")
+            return False
+        stop.wait(2)
+    raise Stopped
+
+
 def progress(scenario: Scenario, outcomes: list[Outcome]) -> str:
     placed = sum(1 for o in outcomes if o.node)
     running = sum(1 for o in outcomes if o.phase == "Running")
-    res = scenario.resources()
-    gpus = sum(int(r.get("aliyun.com/gpu", "0")) for r in res.values())
-    ppus = sum(int(r.get("alibabacloud.com/ppu", "0")) for r in res.values())
+    injected = sum(1 for o in outcomes if o.injected)
     return (
-        f"resources: {gpus} GPUs, {ppus} PPUs registered | agents run: {len(scenario.agent_runs)}"
-        f" | workloads: {placed}/{len(outcomes)} placed, {running} running"
+        f"workloads: {placed}/{len(outcomes)} placed, {running} running, "
+        f"{injected} with the Runtime's injection at xpu-container-runtime | "
+        f"allocations: {scenario.allocation_counts()}"
     )
 
 
@@ -76,108 +104,141 @@ def chosen(assignment: str) -> str:
         return f"unreadable assignment: {assignment[:60]}"
 
 
-def summary(scenario: Scenario, outcomes: list[Outcome]) -> bool:
-    allocations = scenario.allocations()
-    unanswered = scenario.unanswered(outcomes)
-    metrics = scenario.metrics_with_pods()
+def table(outcomes: list[Outcome]) -> bool:
     print()
-    print(f"{'workload':<16} {'node':<16} {'phase':<9} {'ok':<3} GPUs chosen / reason")
+    print(
+        f"{'workload':<16} {'node':<16} {'phase':<9} {'inj':<4} {'alloc':<6} {'series':<7} "
+        "ok  GPUs chosen / reason"
+    )
     for o in outcomes:
         detail = chosen(o.assignment) if o.assignment else o.message
-        mark = "yes" if o.placed_as_expected and o.phase == "Running" else "NO"
-        print(f"{o.workload.name:<16} {o.node or '-':<16} {o.phase:<9} {mark:<3} {detail[:90]}")
-    print()
-    print(f"{'node':<16} {'resources':<60} {'allocs':<7} {'pod series'}")
-    for node, res in scenario.resources().items():
-        shown = ", ".join(f"{k.split('/')[-1]}={v}" for k, v in sorted(res.items()))
-        print(f"{node:<16} {shown:<60} {allocations.get(node, 0):<7} {metrics.get(node, -1)}")
-    print()
-    for name, run in sorted(scenario.agent_runs.items()):
-        result = run.get("result", {})
         print(
-            f"job agent {name}: exit {run['exit']}, lj-runtime handler in containerd config: "
-            f"{run['handler']}, {result.get('message', '')}"
+            f"{o.workload.name:<16} {o.node or '-':<16} {o.phase:<9} "
+            f"{'yes' if o.injected else 'no':<4} {'yes' if o.allocated else 'no':<6} "
+            f"{o.series:<7} {'yes' if o.ok else 'NO':<3} {detail[:70]}"
         )
-    print(
-        "Allocate answered for every accelerator resource of every workload"
-        if not unanswered
-        else f"Allocate NOT answered: {', '.join(unanswered)}"
-    )
-    ok = (
-        all(o.placed_as_expected and o.phase == "Running" for o in outcomes)
-        and not unanswered
-        and sum(allocations.values()) > 0
-        and any(v > 0 for v in metrics.values())
-        and len(scenario.agent_runs) == len(scenario.stack.nodes)
-        and all(r["exit"] == 0 and r["handler"] for r in scenario.agent_runs.values())
-    )
+    return all(o.ok for o in outcomes)
+
+
+def summary(scenario: Scenario, rounds: list[bool]) -> bool:
     print()
-    print("DEMO OK: every workload placed and running as expected" if ok else "DEMO FAILED")
+    print(f"{'node':<16} {'resources':<62} {'allocs':<7} agent / lj-runtime handler loaded")
+    agents = scenario.agents()
+    counts = scenario.allocation_counts()
+    for node in scenario.stack.nodes:
+        res = scenario.resources()[node.name]
+        shown = ", ".join(f"{k.split('/')[-1]}={v}" for k, v in sorted(res.items()))
+        agent = agents.get(node.name, {})
+        print(
+            f"{node.name:<16} {shown:<62} {counts[node.name]:<7} "
+            f"{agent.get('action', '-')} {agent.get('result', '-')} / "
+            f"{scenario.handler_loaded(node)}"
+        )
+    leftovers = scenario.leftover_allocations()
+    print()
+    print(
+        "the Runtime holds only the live pods' allocations"
+        if not any(leftovers.values())
+        else f"LEAKED allocations: {leftovers}"
+    )
+    ok = all(rounds) and len(rounds) == 2 and not any(leftovers.values())
+    print()
+    print(
+        "DEMO OK: every workload placed, injected, allocated and measured, twice"
+        if ok
+        else "DEMO FAILED"
+    )
     return ok
 
 
-async def registered(scenario: Scenario, deadline: float, stop: asyncio.Event) -> None:
-    """Until every accelerator node has registered its devices: a whole-GPU job submitted
-    earlier lands on whichever node registered first, not the one it is meant for."""
-    while time.monotonic() < deadline and not stop.is_set():
-        res = await asyncio.to_thread(scenario.resources)
-        if all(any(int(v) > 0 for v in r.values()) for r in res.values()):
-            return
-        await asyncio.sleep(1)
+def run_round(scenario: Scenario, args: argparse.Namespace, stop: threading.Event) -> bool:
+    scenario.submit()
+    say(
+        "submitted: 4 whole GPUs, 2 shared GPU slices, 2 PPUs, a gang of 3 (runtimeClassName "
+        "lj-runtime)"
+    )
+    outcomes: list[Outcome] = []
+
+    def done() -> bool:
+        nonlocal outcomes
+        outcomes = scenario.outcomes()
+        return all(o.ok for o in outcomes)
+
+    until("workloads running", done, args.timeout, stop, lambda: progress(scenario, outcomes))
+    return table(scenario.outcomes())
 
 
-async def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, stop: threading.Event) -> int:
+    reason = host_support()
+    if reason:
+        say(f"this machine cannot run the demo's real nodes: {reason}")
+        return 2
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="lj-demo-"))
     (work / "logs").mkdir(parents=True, exist_ok=True)
-    # The in-process parts (control plane launcher, kubelet emulators) log to a file, so the
-    # terminal shows only the demo's own progress.
     harness_log = (work / "logs" / "harness.log").open("a")
     structlog.configure(logger_factory=structlog.WriteLoggerFactory(file=harness_log))
     stack = Stack(work, args.kwok_nodes)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     ok = False
     try:
         say(f"starting the local control plane and {args.kwok_nodes} KWOK nodes (work dir {work})")
-        await asyncio.to_thread(stack.start_cluster)
-        say(f"control plane up: export KUBECONFIG={stack.cluster.kubeconfig}")
-        say("starting 3 accelerator nodes: runtime simulator + kubelet emulator each")
-        await stack.start_accelerator_nodes()
-        stack.start_node_agents()
-        stack.start_cluster_services()
-        say(f"components running; their logs are in {stack.processes.logs_dir}")
+        stack.start_cluster()
+        say(f"control plane up: export KUBECONFIG={stack.control_plane.kubeconfig}")
+        for name, inventory in ACCELERATOR_NODES.items():
+            node = stack.start_accelerator_node(name)
+            say(
+                f"real node {name} Ready in {node.start_s:.1f} s ({node.ip}, "
+                f"Runtime: {inventory}); images loaded"
+            )
         scenario = Scenario(stack)
-        agents = asyncio.create_task(scenario.run_job_agents(stop), name="job-agents")
-        say("labelling the accelerator nodes lj_runtimekit_enable=true")
+        say("labelling the accelerator nodes lj_runtimekit_enable=true (guide §3.2 step 4)")
         scenario.label_nodes()
-        await registered(scenario, time.monotonic() + args.timeout, stop)
-        scenario.submit()
-        say("submitted: 4 whole GPUs, 2 shared GPU slices, 2 PPUs, a gang of 3")
-        deadline = time.monotonic() + args.timeout
-        outcomes = scenario.outcomes()
-        while time.monotonic() < deadline and not stop.is_set():
-            outcomes = await asyncio.to_thread(scenario.outcomes)
-            say(await asyncio.to_thread(progress, scenario, outcomes))
-            agents_done = len(scenario.agent_runs) >= len(stack.nodes)
-            if all(o.phase == "Running" for o in outcomes) and agents_done:
-                break
-            for name, code in stack.processes.exited():
-                say(f"{name} exited with {code}: see {stack.processes.logs_dir}/{name}.log")
-            await asyncio.sleep(2)
-        await asyncio.sleep(2)  # one exporter poll after the last allocation
-        ok = await asyncio.to_thread(summary, scenario, await asyncio.to_thread(scenario.outcomes))
+        say(f"deploy/deploy-all.sh deploy (guide §3.3); its log is in {stack.operator.log_dir}")
+        for line in scenario.deploy().splitlines():
+            if "ready" in line or "Running" in line or "ERROR" in line:
+                print("    " + line, flush=True)
+        until(
+            "the controller's agent Jobs enable every node",
+            scenario.agents_done,
+            args.timeout,
+            stop,
+            lambda: f"agents: {scenario.agents()}",
+        )
+        until(
+            "every node registers its devices",
+            scenario.registered,
+            args.timeout,
+            stop,
+            lambda: f"resources: {scenario.resources()}",
+        )
+        rounds = [run_round(scenario, args, stop)]
+        say("deleting every workload: their devices must all come back")
+        scenario.delete_workloads()
+        until(
+            "the Runtime releases the deleted pods' allocations",
+            lambda: not any(scenario.allocation_counts().values()),
+            args.timeout,
+            stop,
+            lambda: f"allocations left: {scenario.allocation_counts()}",
+        )
+        say("resubmitting the same workloads")
+        rounds.append(run_round(scenario, args, stop))
+        ok = summary(scenario, rounds)
+        say(
+            f"component logs: KUBECONFIG={stack.control_plane.kubeconfig} kubectl -n kube-system "
+            "logs -l app=lj-runtimekit-<component>; node logs under "
+            f"{stack.control_plane.work_dir / 'nodes'}"
+        )
         if args.hold:
-            say(f"KUBECONFIG={stack.cluster.kubeconfig} (stop it with: kill {os.getpid()})")
-            await stop.wait()
+            say(f"KUBECONFIG={stack.control_plane.kubeconfig} (stop it with: kill {os.getpid()})")
+            stop.wait()
         elif not args.once:
             say("the cluster stays up until Ctrl-C")
-            await stop.wait()
-        stop.set()
-        await agents
+            stop.wait()
+    except Stopped:
+        say("interrupted")
     finally:
-        await stack.stop()
+        say("stopping the nodes and the control plane")
+        stack.stop()
     return 0 if ok else 1
 
 
@@ -208,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.keep:
         return keep(args)
-    return asyncio.run(run(args))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.set())
+    return run(args, stop)
 
 
 if __name__ == "__main__":

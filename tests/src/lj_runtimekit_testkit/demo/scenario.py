@@ -1,31 +1,39 @@
-"""What the demo does on the running stack: switch the accelerator nodes on, run the job agent
-the controller asks for, submit sample workloads, and gather what happened."""
+"""What the demo does on the running cluster — switch the accelerator nodes on, deploy the suite,
+submit sample workloads, delete and resubmit them — and what it reads back to show an operator:
+pods, node resources, the agents' results, the injections that reached each node's runtime, the
+Runtime's allocations and the exporters' pod-labelled series."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from lj_runtimekit_testkit.demo.processes import console_script
-from lj_runtimekit_testkit.demo.stack import FEATURE_LABEL, AcceleratorNode, Stack
+from lj_runtimekit_testkit.demo.stack import Stack
+from lj_runtimekit_testkit.node import RealNode
+from lj_runtimekit_testkit.suite import (
+    LAST_ACTION,
+    accelerator_capacity,
+    all_running,
+    allocations,
+    injected,
+    metrics,
+    pod_series,
+    wait_for,
+    workload,
+)
 
 NAMESPACE = "demo"
-SCHEDULER = "lj-runtimekit-scheduler"
 ASSIGNMENT = "lj-runtimekit-scheduler/gpu-assignment"
 POD_GROUP = "lj-runtimekit-scheduler/pod-group"
 POD_GROUP_SIZE = "lj-runtimekit-scheduler/pod-group-size"
+INJECTION_PREFIX = "xdm.amp.com"
 
 
 @dataclass(frozen=True)
 class Workload:
-    """A sample pod: what it asks for and which accelerator node kind must run it."""
+    """A sample pod: what it asks for and which accelerator node must run it (``gpu``: any node
+    with GPUs)."""
 
     name: str
     limits: dict[str, str]
@@ -48,6 +56,7 @@ WORKLOADS = (
         for i in range(3)
     ),
 )
+GPU_NODES = ("demo-gpu-nvlink", "demo-mig-tdm")
 
 
 @dataclass
@@ -55,188 +64,145 @@ class Outcome:
     workload: Workload
     node: str = ""
     phase: str = "Pending"
+    uid: str = ""
     assignment: str = ""
     message: str = ""
+    injected: bool = False
+    allocated: bool = False
+    series: int = 0
 
     @property
     def placed_as_expected(self) -> bool:
         want = self.workload.expect_node
-        if not self.node:
-            return False
-        return self.node == want if want.startswith("demo-") else self.node.startswith("demo-")
+        return self.node in GPU_NODES if want == "gpu" else self.node == want
 
-
-def pod_body(w: Workload) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": w.name, "namespace": NAMESPACE, "annotations": dict(w.annotations)},
-        "spec": {
-            "schedulerName": SCHEDULER,
-            "runtimeClassName": "lj-runtime",
-            "restartPolicy": "Never",
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.example/workload:demo",
-                    "resources": {"limits": dict(w.limits), "requests": dict(w.limits)},
-                }
-            ],
-        },
-    }
+    @property
+    def ok(self) -> bool:
+        return (
+            self.placed_as_expected
+            and self.phase == "Running"
+            and self.injected
+            and self.allocated
+            and self.series > 0
+        )
 
 
 class Scenario:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
-        self.api = stack.cluster.api_client()
-        self.core = client.CoreV1Api(self.api)
-        self.batch = client.BatchV1Api(self.api)
-        self.agent_runs: dict[str, dict[str, Any]] = {}
+        self.op = stack.operator
 
-    # ------------------------------------------------------------------ feature switch
+    def by_name(self) -> dict[str, RealNode]:
+        return {n.name: n for n in self.stack.nodes}
+
+    # ------------------------------------------------------------------ the operator's steps
     def label_nodes(self) -> None:
         for node in self.stack.nodes:
-            self.core.patch_node(node.name, {"metadata": {"labels": {FEATURE_LABEL: "true"}}})
+            self.op.label(node.name, True)
 
-    async def run_job_agents(self, stop: asyncio.Event) -> None:
-        """Run, on the emulated node, the job agent each of the controller's Jobs asks for."""
-        by_name = {n.name: n for n in self.stack.nodes}
-        while not stop.is_set():
-            jobs: Any = await asyncio.to_thread(self.batch.list_namespaced_job, "kube-system")
-            for job in jobs.items:
-                name = job.metadata.name
-                if not name.startswith("lj-agent-") or name in self.agent_runs:
-                    continue
-                args = list(job.spec.template.spec.containers[0].args or [])
-                node_args = [a for a in args if a.startswith("--node-name=")]
-                node = by_name.get(node_args[0].split("=", 1)[1]) if node_args else None
-                if node is None:
-                    continue
-                self.agent_runs[name] = await asyncio.to_thread(self._agent, node, args[0])
-            await asyncio.sleep(0.5)
+    def deploy(self) -> str:
+        return self.op.deploy_all("deploy").stdout
 
-    def _agent(self, node: AcceleratorNode, action: str) -> dict[str, Any]:
-        result = node.root / f"agent-{action}.json"
-        run = subprocess.run(
-            [
-                console_script("lj-runtimekit-job-agent"),
-                action,
-                f"--node-name={node.name}",
-                f"--socket-dir={node.socket_dir}",
-                f"--host-root={node.root}",
-                "--restart-command=",
-                "--confirm-command=",
-                f"--termination-log={result}",
-                "--log-format=json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+    def submit(self) -> None:
+        if self.op.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
+            self.op.kubectl("create", "namespace", NAMESPACE)
+        docs = [workload(w.name, NAMESPACE, w.limits, annotations=w.annotations) for w in WORKLOADS]
+        path = self.op.log_dir / "workloads.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+        # Pods are refused until the namespace's default service account exists.
+        wait_for(
+            "the demo namespace's default service account",
+            lambda: (
+                self.op.kubectl("-n", NAMESPACE, "get", "sa", "default", check=False).returncode
+                == 0
+            ),
+            30,
+            0.2,
         )
-        out: dict[str, Any] = {"node": node.name, "action": action, "exit": run.returncode}
-        if result.exists():
-            out["result"] = json.loads(result.read_text() or "{}")
-        out["handler"] = "lj-runtime" in node.containerd_config.read_text()
+        self.op.kubectl("create", "-f", str(path))
+
+    def delete_workloads(self) -> None:
+        self.op.kubectl("-n", NAMESPACE, "delete", "pods", "--all", "--wait=true", "--timeout=120s")
+
+    # ------------------------------------------------------------------ what an operator sees
+    def suite_ready(self) -> bool:
+        return all_running(self.op.suite_pods())
+
+    def agents(self) -> dict[str, dict[str, Any]]:
+        """The controller's recorded result per accelerator node."""
+        out = {}
+        for node in self.stack.nodes:
+            meta = self.op.node(node.name)["metadata"]
+            text = meta.get("annotations", {}).get(LAST_ACTION, "")
+            out[node.name] = json.loads(text) if text else {}
         return out
 
-    # ------------------------------------------------------------------ workloads
-    def submit(self) -> None:
-        try:
-            namespace: Any = {"metadata": {"name": NAMESPACE}}
-            self.core.create_namespace(namespace)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-        for w in WORKLOADS:
-            body: Any = pod_body(w)
-            self.core.create_namespaced_pod(NAMESPACE, body)
+    def agents_done(self) -> bool:
+        return all(
+            a.get("action") == "enable" and a.get("result") == "succeeded"
+            for a in self.agents().values()
+        )
+
+    def handler_loaded(self, node: RealNode) -> bool:
+        out = node.exec(["sh", "-c", "containerd config dump | grep -A 5 lj-runtime"], check=False)
+        return out.returncode == 0 and "xpu-container-runtime" in out.stdout
+
+    def resources(self) -> dict[str, dict[str, str]]:
+        return {n.name: accelerator_capacity(self.op.node(n.name)) for n in self.stack.nodes}
+
+    def registered(self) -> bool:
+        return all(any(int(v) > 0 for v in r.values()) for r in self.resources().values())
 
     def outcomes(self) -> list[Outcome]:
-        listed: Any = self.core.list_namespaced_pod(NAMESPACE)
-        pods: dict[str, Any] = {p.metadata.name: p for p in listed.items}
+        pods = {
+            p["metadata"]["name"]: p for p in self.op.json("-n", NAMESPACE, "get", "pods")["items"]
+        }
+        nodes = self.by_name()
+        held = {name: allocations(node) for name, node in nodes.items()}
+        texts = {name: _metrics_or_empty(node) for name, node in nodes.items()}
         out = []
         for w in WORKLOADS:
-            p = pods.get(w.name)
             o = Outcome(w)
-            if p is not None:
-                o.node = p.spec.node_name or ""
-                o.phase = p.status.phase or "Pending"
-                o.assignment = (p.metadata.annotations or {}).get(ASSIGNMENT, "")
-                conds = [c for c in (p.status.conditions or []) if c.type == "PodScheduled"]
-                if conds and conds[0].status != "True":
-                    o.message = conds[0].message or ""
+            pod = pods.get(w.name)
+            if pod is not None:
+                o.node = pod["spec"].get("nodeName", "")
+                o.phase = pod["status"].get("phase", "Pending")
+                o.uid = pod["metadata"]["uid"]
+                o.assignment = pod["metadata"].get("annotations", {}).get(ASSIGNMENT, "")
+                conds = [
+                    c for c in pod["status"].get("conditions", []) if c["type"] == "PodScheduled"
+                ]
+                if conds and conds[0]["status"] != "True":
+                    o.message = conds[0].get("message", "")
+                node = nodes.get(o.node)
+                if node is not None:
+                    records = injected(node, o.uid)
+                    o.injected = any(
+                        k.startswith(INJECTION_PREFIX) for r in records for k in r["annotations"]
+                    )
+                    o.allocated = any(a["pod"] == f"{NAMESPACE}/{w.name}" for a in held[o.node])
+                    o.series = pod_series(texts[o.node], w.name)
             out.append(o)
         return out
 
-    def resources(self) -> dict[str, dict[str, str]]:
-        """The accelerator capacity of each emulated node, as the device plugin registered it."""
-        out = {}
-        for node in self.stack.nodes:
-            read: Any = self.core.read_node(node.name)
-            cap: dict[str, str] = read.status.capacity or {}
-            out[node.name] = {k: v for k, v in cap.items() if "aliyun.com" in k or "alibaba" in k}
-        return out
+    def allocation_counts(self) -> dict[str, int]:
+        return {n.name: len(allocations(n)) for n in self.stack.nodes}
 
-    def unanswered(self, outcomes: list[Outcome]) -> list[str]:
-        """``workload resource`` for every accelerator resource of a placed workload whose
-        Allocate the node's kubelet emulator has not had answered (KWOK runs a pod either way)."""
-        by_name = {n.name: n for n in self.stack.nodes}
-        out = []
-        for o in outcomes:
-            node = by_name.get(o.node)
-            if node is None or node.kubelet is None:
-                continue
-            answered = {(r.pod, r.resource) for r in node.kubelet.allocations}
-            for resource in o.workload.limits:
-                if (f"{NAMESPACE}/{o.workload.name}", resource) not in answered:
-                    out.append(f"{o.workload.name} {resource}")
-        return out
-
-    def allocations(self) -> dict[str, int]:
-        """How many allocations each node's runtime simulator holds (its control socket)."""
-        out = {}
-        for node in self.stack.nodes:
-            out[node.name] = len(_control_state(node).get("allocations", []))
-        return out
-
-    def metrics_with_pods(self) -> dict[str, int]:
-        """Series carrying a pod label on each node's exporter."""
-        out = {}
-        for node in self.stack.nodes:
-            url = f"http://127.0.0.1:{node.exporter_port}/metrics"
-            try:
-                with urllib.request.urlopen(url, timeout=5) as r:
-                    text = r.read().decode()
-            except OSError:
-                out[node.name] = -1
-                continue
-            out[node.name] = sum(
-                1 for ln in text.splitlines() if not ln.startswith("#") and 'pod="' in ln
-            )
-        return out
+    def leftover_allocations(self) -> dict[str, list[str]]:
+        """Allocations whose pod is not one of the current workload pods."""
+        live = {
+            f"{NAMESPACE}/{p['metadata']['name']}"
+            for p in self.op.json("-n", NAMESPACE, "get", "pods")["items"]
+        }
+        return {
+            n.name: [a["pod"] for a in allocations(n) if a["pod"] not in live]
+            for n in self.stack.nodes
+        }
 
 
-def _control_state(node: AcceleratorNode) -> dict[str, Any]:
-    """GET /state on the simulator's control socket (HTTP over a unix socket)."""
-    import http.client
-    import socket
-
-    class UnixConnection(http.client.HTTPConnection):
-        def connect(self) -> None:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(5)
-            s.connect(str(node.socket_dir / "control.sock"))
-            self.sock = s
-
-    conn = UnixConnection("localhost")
+def _metrics_or_empty(node: RealNode) -> str:
     try:
-        conn.request("GET", "/state")
-        state: dict[str, Any] = json.loads(conn.getresponse().read() or b"{}")
-        return state
+        return metrics(node)
     except OSError:
-        return {}
-    finally:
-        conn.close()
+        return ""
