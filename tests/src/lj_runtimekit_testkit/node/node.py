@@ -97,6 +97,11 @@ class RealNode:
         """Host pid of the node's supervisor (PID 1 inside the node)."""
         return self._pid
 
+    @property
+    def process_group(self) -> int:
+        """Host process group of the node (its ``unshare``; killing it kills the node)."""
+        return self._proc.pid if self._proc else -1
+
     def host_path(self, node_path: str) -> Path:
         """Where a path of the node lives on the host."""
         return self.layout.host_path(node_path)
