@@ -65,7 +65,7 @@ isolation: $(UV) ## each component's tests in a venv that holds only that compon
 	done
 
 .PHONY: test
-test: lint k8s-bin ## lint, then every package's tests and tests/ (the README's test command)
+test: lint k8s-bin images ## lint, then every package's tests and tests/, real nodes included (the README's test command)
 	$(VENV)/bin/pytest $(PYTEST_ARGS) tests $(wildcard $(foreach c,$(COMPONENTS),components/$(c)/tests))
 	$(MAKE) --no-print-directory isolation
 
@@ -83,7 +83,7 @@ cluster-down: $(UV) ## stop the local control plane started by cluster-up
 	$(VENV)/bin/lj-cluster down
 
 .PHONY: demo
-demo: setup k8s-bin ## the whole suite end to end on the local cluster (ARGS=--once | --keep)
+demo: setup k8s-bin images ## the whole suite end to end on real nodes of a local cluster (ARGS=--once | --keep)
 	$(VENV)/bin/python -m lj_runtimekit_testkit.demo $(ARGS)
 
 # v<version> of a component, from its pyproject.toml.

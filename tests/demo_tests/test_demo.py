@@ -49,7 +49,7 @@ def test_demo_once_places_every_workload_and_exits_zero(work_dir: Path) -> None:
         for name in ("train-4gpu", "infer-shared-a", "infer-shared-b", "ppu-job", "gang-0"):
             (row,) = [ln for ln in table.splitlines() if ln.startswith(name + " ")]
             assert " Running " in row
-            assert row.split()[6] == "yes", row
+            assert row.split()[7] == "yes", row  # placed, injected, allocated as decided, measured
         (train,) = [ln for ln in table.splitlines() if ln.startswith("train-4gpu ")]
         assert "demo-gpu-nvlink" in train
         (ppu,) = [ln for ln in table.splitlines() if ln.startswith("ppu-job ")]

@@ -115,7 +115,8 @@ def table(outcomes: list[Outcome]) -> bool:
         print(
             f"{o.workload.name:<16} {o.node or '-':<16} {o.phase:<9} "
             f"{'yes' if o.injected else 'no':<4} {'yes' if o.allocated else 'no':<6} "
-            f"{o.series:<7} {'yes' if o.ok else 'NO':<3} {detail[:70]}"
+            f"{'yes' if o.decided else 'NO':<11}{o.series:<7} {'yes' if o.ok else 'NO':<3} "
+            f"{detail[:70]}"
         )
     return all(o.ok for o in outcomes)
 

@@ -69,6 +69,8 @@ class Outcome:
     message: str = ""
     injected: bool = False
     allocated: bool = False
+    decided: bool = False
+    """The Runtime allocated exactly the devices of the scheduler's decision."""
     series: int = 0
 
     @property
@@ -83,6 +85,7 @@ class Outcome:
             and self.phase == "Running"
             and self.injected
             and self.allocated
+            and self.decided
             and self.series > 0
         )
 
@@ -181,7 +184,11 @@ class Scenario:
                     o.injected = any(
                         k.startswith(INJECTION_PREFIX) for r in records for k in r["annotations"]
                     )
-                    o.allocated = any(a["pod"] == f"{NAMESPACE}/{w.name}" for a in held[o.node])
+                    mine = [a for a in held[o.node] if a["pod"] == f"{NAMESPACE}/{w.name}"]
+                    o.allocated = bool(mine)
+                    o.decided = o.allocated and decided_devices(o.assignment) == {
+                        d for a in mine for d in a["devices"]
+                    }
                     o.series = pod_series(texts[o.node], w.name)
             out.append(o)
         return out
@@ -199,6 +206,15 @@ class Scenario:
             n.name: [a["pod"] for a in allocations(n) if a["pod"] not in live]
             for n in self.stack.nodes
         }
+
+
+def decided_devices(assignment: str) -> set[str]:
+    """The device ids of the scheduler's decision (annotation JSON); empty when unreadable."""
+    try:
+        decision = json.loads(assignment)
+        return {d["id"] for c in decision["containers"] for d in c["devices"]}
+    except (ValueError, KeyError, TypeError):
+        return set()
 
 
 def _metrics_or_empty(node: RealNode) -> str:
