@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -72,6 +73,8 @@ _OTHER_HARNESS_CGROUP = re.compile(r"^ljrk-(\d+)-")
 def _iptables() -> list[str]:
     out = []
     for tool in ("iptables-save", "ip6tables-save"):
+        if shutil.which(tool) is None:
+            continue
         proc = subprocess.run([tool], capture_output=True, text=True, check=False)
         out += [
             _COUNTERS.sub("", line)
