@@ -187,10 +187,11 @@ not_disabled() {
     -o go-template='{{range .items}}{{if .status.active}}{{index .metadata.annotations "lj-runtimekit-controller/node"}}{{"\t"}}Job {{.metadata.name}} running{{"\n"}}{{end}}{{end}}') || return 1
   awk -F'\t' -v key="$STATUS_ANNOTATION" '
     $2 == "annotation" && $3 == key {
-      if (!($4 ~ /"action":"disable"/ && $4 ~ /"result":"succeeded"/)) {
-        why = $4; sub(/.*"message":"/, "", why); sub(/".*/, "", why)
-        act = $4; sub(/.*"action":"/, "", act); sub(/".*/, "", act)
-        res = $4; sub(/.*"result":"/, "", res); sub(/".*/, "", res)
+      if (!($4 ~ /"action": *"disable"/ && $4 ~ /"result": *"succeeded"/)) {
+        why = act = res = ""
+        if ($4 ~ /"message": *"/) { why = $4; sub(/.*"message": *"/, "", why); sub(/".*/, "", why) }
+        if ($4 ~ /"action": *"/) { act = $4; sub(/.*"action": *"/, "", act); sub(/".*/, "", act) }
+        if ($4 ~ /"result": *"/) { res = $4; sub(/.*"result": *"/, "", res); sub(/".*/, "", res) }
         print $1 "\tlast action " act " " res (why != "" ? ": " why : "")
       }
     }' <<<"$meta"

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,7 @@ def node(labels: dict[str, str], status: str | None = None) -> dict[str, Any]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Path:
+def fake(tmp_path: Path) -> Path:
     state = {
         "nodes": {
             "gpu-a": node(
@@ -159,9 +160,9 @@ def set_state(state: Path, **changes: Any) -> None:
 
 
 def test_undeploy_disables_every_node_before_the_controller_goes_and_leaves_nothing(
-    cluster: Path,
+    fake: Path,
 ) -> None:
-    done, st = undeploy(cluster)
+    done, st = undeploy(fake)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "cluster: context 'ctx-test', server https://fake-apiserver:6443" in out
@@ -182,10 +183,10 @@ def test_undeploy_disables_every_node_before_the_controller_goes_and_leaves_noth
 
 
 def test_a_node_not_disabled_in_time_stops_the_undeploy_with_what_to_check(
-    cluster: Path,
+    fake: Path,
 ) -> None:
-    set_state(cluster, stuck=True)
-    done, st = undeploy(cluster, DISABLE_TIMEOUT="3")
+    set_state(fake, stuck=True)
+    done, st = undeploy(fake, DISABLE_TIMEOUT="3")
     assert done.returncode == 1
     out = done.stdout
     assert "the feature is still on after 3s on: gpu-a gpu-b" in out
@@ -196,19 +197,19 @@ def test_a_node_not_disabled_in_time_stops_the_undeploy_with_what_to_check(
     assert not st["deleted"]
 
 
-def test_force_goes_on_after_the_timeout(cluster: Path) -> None:
-    set_state(cluster, stuck=True)
-    done, st = undeploy(cluster, "--force", DISABLE_TIMEOUT="2")
+def test_force_goes_on_after_the_timeout(fake: Path) -> None:
+    set_state(fake, stuck=True)
+    done, st = undeploy(fake, "--force", DISABLE_TIMEOUT="2")
     assert done.returncode == 0, done.stdout
     assert "--force: removing the suite although these nodes are not disabled" in done.stdout
     assert "Deployment/lj-runtimekit-controller" in st["deleted"]
 
 
 def test_without_a_running_controller_the_undeploy_refuses_to_strand_the_handler(
-    cluster: Path,
+    fake: Path,
 ) -> None:
-    set_state(cluster, controller=False)
-    done, st = undeploy(cluster)
+    set_state(fake, controller=False)
+    done, st = undeploy(fake)
     assert done.returncode == 1
     assert "the controller is not running" in done.stdout
     assert "deploy-all.sh deploy --components=controller" in done.stdout
@@ -216,8 +217,8 @@ def test_without_a_running_controller_the_undeploy_refuses_to_strand_the_handler
     assert LABEL in st["nodes"]["gpu-a"]["labels"], "nothing changed"
 
 
-def test_undeploying_only_the_controller_keeps_the_nodes_as_they_are(cluster: Path) -> None:
-    done, st = undeploy(cluster, "--components=controller")
+def test_undeploying_only_the_controller_keeps_the_nodes_as_they_are(fake: Path) -> None:
+    done, st = undeploy(fake, "--components=controller")
     assert done.returncode == 0, done.stdout
     assert "undeploying the controller alone: the nodes stay as they are" in done.stdout
     assert LABEL in st["nodes"]["gpu-a"]["labels"]
@@ -226,8 +227,8 @@ def test_undeploying_only_the_controller_keeps_the_nodes_as_they_are(cluster: Pa
     assert not [d for d in st["deleted"] if "DaemonSet" in d or "crds" in d], "only the controller"
 
 
-def test_dry_run_says_what_it_would_do_and_changes_nothing(cluster: Path) -> None:
-    done, st = undeploy(cluster, "--dry-run")
+def test_dry_run_says_what_it_would_do_and_changes_nothing(fake: Path) -> None:
+    done, st = undeploy(fake, "--dry-run")
     assert done.returncode == 0, done.stdout
     assert "dry run: would remove the label lj_runtimekit_enable from: node/gpu-a node/gpu-b" in (
         done.stdout
@@ -235,12 +236,81 @@ def test_dry_run_says_what_it_would_do_and_changes_nothing(cluster: Path) -> Non
     assert not [c for c in st["calls"] if c.startswith(("label", "annotate"))]
 
 
-def test_labelled_nodes_never_enabled_need_no_controller(cluster: Path) -> None:
-    data = json.loads(cluster.read_text())
+def test_labelled_nodes_never_enabled_need_no_controller(fake: Path) -> None:
+    data = json.loads(fake.read_text())
     for n in data["nodes"].values():
         n["annotations"].pop(STATUS, None)
     data["controller"] = False
-    cluster.write_text(json.dumps(data))
-    done, st = undeploy(cluster)
+    fake.write_text(json.dumps(data))
+    done, st = undeploy(fake)
     assert done.returncode == 0, done.stdout
     assert LABEL not in st["nodes"]["gpu-a"]["labels"]
+
+
+@pytest.mark.cluster
+def test_undeploy_on_a_real_apiserver_waits_for_the_disable_and_cleans_the_nodes(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """The same sequence with the real kubectl and apiserver (its go-templates, label and
+    annotate calls); the test plays the controller's part on the nodes."""
+    from lj_runtimekit_testkit.manifests import tool_dir
+
+    kubectl = str(tool_dir() / "kubectl")
+    env = {
+        **os.environ,
+        "KUBECONFIG": cluster.kubeconfig,
+        "KUBECTL": kubectl,
+        "LJ_RUNTIMEKIT_LOG_DIR": str(tmp_path),
+        "DISABLE_TIMEOUT": "60",
+    }
+
+    def k(*args: str) -> str:
+        return subprocess.run(
+            [kubectl, *args], env=env, capture_output=True, text=True, check=True, timeout=60
+        ).stdout
+
+    on, never = cluster.create_gpu_nodes(2, prefix="undeploy-real", enable=True)
+    enabled = json.dumps({"action": "enable", "result": "succeeded", "message": "enable: done"})
+    k("annotate", "node", on, f"{STATUS}={enabled}")
+    k("label", "node", on, "lj-runtimekit.aliyun.com/gpu-model=H200")
+    deploy = subprocess.run(
+        [str(DEPLOY / "deploy-all.sh"), "deploy", "--components=controller"],
+        env={**env, "ROLLOUT_TIMEOUT": "120s"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert deploy.returncode == 0, deploy.stdout
+    script = subprocess.Popen(
+        [str(DEPLOY / "deploy-all.sh"), "undeploy"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while LABEL in k("get", "node", on, "-o", "jsonpath={.metadata.labels}"):
+            assert script.poll() is None, script.communicate()[0]
+            assert time.monotonic() < deadline, "the label was never removed"
+            time.sleep(0.2)
+        time.sleep(2)
+        assert script.poll() is None, "undeploy must wait for the node's disable"
+        assert k("-n", "kube-system", "get", "deployment", "-o", "name").count("controller") == 1
+        disabled = json.dumps(
+            {"action": "disable", "result": "succeeded", "message": "disable: done"}
+        )
+        k("annotate", "--overwrite", "node", on, f"{STATUS}={disabled}")
+        out, _ = script.communicate(timeout=240)
+    finally:
+        if script.poll() is None:
+            script.kill()
+    assert script.returncode == 0, out
+    assert "cluster: context" in out
+    assert "every node is disabled" in out
+    for name in (on, never):
+        meta = json.loads(k("get", "node", name, "-o", "json"))["metadata"]
+        assert LABEL not in meta["labels"], name
+        assert not [x for x in meta["labels"] if x.startswith("lj-runtimekit.aliyun.com/")]
+        assert not [x for x in meta.get("annotations", {}) if x.startswith("lj-runtimekit-")]
