@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -211,3 +213,27 @@ def test_the_runtime_simulator_serves_the_node_and_restarts(real_node: RealNode)
     # The Runtime's device nodes exist in the node's private /dev (what Allocate injects).
     assert real_node.exec(["test", "-c", "/dev/nvidia0"]).returncode == 0
     assert real_node.exec(["test", "-c", "/dev/nvidiactl"]).returncode == 0
+
+
+def test_a_host_pid_pod_shares_the_node_pid_namespace_whose_pid_1_is_the_supervisor(
+    real_node: RealNode, core: client.CoreV1Api, namespace: str
+) -> None:
+    """What the job agent relies on: from a hostPID pod, PID 1 is the node's supervisor, so
+    `nsenter --target 1 --mount ... systemctl restart containerd` reaches the node's systemctl."""
+    pod = probe_pod("host-pid", real_node, ["sleep"])
+    pod.spec.host_pid = True
+    running = run_pod(core, namespace, pod)
+    node_ns = os.readlink(f"/proc/{real_node.pid}/ns/pid")
+    in_node_ns = [
+        pid
+        for pid in real_node.host_pids().get("probe", [])
+        if os.readlink(f"/proc/{pid}/ns/pid") == node_ns
+    ]
+    assert in_node_ns, f"no probe of {running.metadata.name} in the node's PID namespace"
+    status = Path(f"/proc/{in_node_ns[0]}/status").read_text()
+    nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
+    assert len(nspid) == 2  # host pid, node pid: no PID namespace of its own
+    assert Path(real_node.live_path("/usr/local/bin/systemctl")).exists()
+    assert (
+        real_node.exec(["cat", "/proc/1/cmdline"]).stdout.split("\0")[1].endswith("supervisor.py")
+    )

@@ -32,8 +32,15 @@ REAL_NODE_INVENTORY = "gpu-8x-nvlink"
 _node_network_error: list[str] = []
 
 
+_REAL_NODE_FIXTURES = {"real_node", "real_nodes"}
+
+
 def _session_wants_real_nodes(session: pytest.Session) -> bool:
-    return any(item.get_closest_marker("realnode") for item in session.items)
+    return any(
+        item.get_closest_marker("realnode")
+        or _REAL_NODE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        for item in session.items
+    )
 
 
 @pytest.fixture(scope="session")

@@ -106,6 +106,13 @@ class RealNode:
         """Where a path of the node lives on the host."""
         return self.layout.host_path(node_path)
 
+    def live_path(self, node_path: str) -> str:
+        """``node_path`` through the supervisor's root (``/proc/<pid>/root/...``): the node's view
+        exactly, while it runs, and short enough for a unix socket address (108 bytes), which a
+        path under ``host_path`` may not be."""
+        self._require_running()
+        return f"/proc/{self._pid}/root{node_path}"
+
     def exec(
         self,
         argv: list[str],
