@@ -23,7 +23,7 @@ from lj_runtimekit_device_plugin.kube import MarkUpdate, Publisher, mark_pod, no
 from lj_runtimekit_device_plugin.nodedevices import GROUP, PLURAL, VERSION
 from lj_runtimekit_device_plugin.podview import pod_view
 from lj_runtimekit_device_plugin.resources import ResourceNames
-from lj_runtimekit_device_plugin.runtime import RuntimeClient, allocation_ids, release
+from lj_runtimekit_device_plugin.runtime import RuntimeClient
 
 pytestmark = pytest.mark.cluster
 
@@ -79,12 +79,12 @@ async def test_nodedevices_published_on_change_only(
     await rt.close()
 
 
-def _pod(name: str, node: str, gpu: str, at: str) -> dict[str, Any]:
+def _pod(name: str, node: str, gpu: str, at: str, core: int = 30) -> dict[str, Any]:
     assignment = {
         "version": "v1",
         "node": node,
         "assumedAt": at,
-        "containers": [{"name": "main", "devices": [{"id": gpu, "core": 30}]}],
+        "containers": [{"name": "main", "devices": [{"id": gpu, "core": core}]}],
     }
     return {
         "apiVersion": "v1",
@@ -93,16 +93,20 @@ def _pod(name: str, node: str, gpu: str, at: str) -> dict[str, Any]:
         "spec": {
             "nodeName": node,
             "containers": [
-                {"name": "main", "image": "busybox", "resources": {"limits": {CORE: "30"}}}
+                {"name": "main", "image": "busybox", "resources": {"limits": {CORE: str(core)}}}
             ],
             "tolerations": [{"operator": "Exists"}],
         },
     }
 
 
-async def test_two_identical_shared_pods_started_at_once_get_their_own_decisions(
+async def test_two_shared_pods_started_at_once_by_two_replicas_get_their_own_decisions(
     cluster: Any, api: client.ApiClient, namespace: str, runtime_sim: Any
 ) -> None:
+    """Two pending pods (the scheduler never leaves two of one shape pending on a node), two
+    plugin replicas, two Allocates at the same moment, in both orders: each pod gets its own
+    decision, once. Nothing here releases allocations: earlier rounds' pods are left to the
+    product (this test runs no reclaimer), so only this round's are compared."""
     node = cluster.create_gpu_nodes(1, prefix="dp-race")[0]
     core = client.CoreV1Api(api)
     rt = RuntimeClient(str(runtime_sim.socket_dir))
@@ -114,25 +118,34 @@ async def test_two_identical_shared_pods_started_at_once_get_their_own_decisions
         await mark_pod(api, pod.namespace, pod.name, pod.uid, update)
 
     for round_ in range(10):
-        names = [f"r{round_}-a", f"r{round_}-b"]
-        for k, name in enumerate(names):
-            body: Any = _pod(name, node, f"gpu-{k}", f"2026-12-03T00:00:0{k}Z")
-            await core.create_namespaced_pod(namespace, body)
-        # two plugin replicas (two handshakes) and two Allocates at the same moment
+        wanted = {
+            f"r{round_}-a": (f"gpu-{round_ % 8}", 30),
+            f"r{round_}-b": (f"gpu-{(round_ + 4) % 8}", 20),
+        }
+        uids = {}
+        for k, (name, (gpu, c)) in enumerate(wanted.items()):
+            body: Any = _pod(name, node, gpu, f"2026-12-03T00:00:0{k}Z", c)
+            uids[name] = (await core.create_namespaced_pod(namespace, body)).metadata.uid
         hs = [SharedHandshake(rt, ResourceNames(), node, list_pods, mark) for _ in range(2)]
-        units = [f"gpu-0::core-{i}" for i in range(30)]
-        await asyncio.gather(*(h.allocate(CORE, units) for h in hs))
+        sizes = [30, 20] if round_ % 2 else [20, 30]
+        await asyncio.gather(
+            *(
+                h.allocate(CORE, [f"gpu-0::core-{i}" for i in range(n)])
+                for h, n in zip(hs, sizes, strict=True)
+            )
+        )
         marked = {}
-        for name in names:
+        for name in wanted:
             pod = await core.read_namespaced_pod(name, namespace)
             assert ALLOCATED in pod.metadata.annotations
             marked[name] = pod.metadata.annotations["lj-runtimekit-device-plugin/allocation"]
         assert len(set(marked.values())) == 2
-        # each pod got the device of its own decision, and only that
-        held = sorted(a.device_ids[0] for a in runtime_sim.allocations())
-        assert held == ["gpu-0", "gpu-1"]
-        for name in names:
+        held = {
+            a.pod.name: (a.device_ids[0], a.core_percent)
+            for a in runtime_sim.allocations()
+            if a.pod.uid in uids.values()
+        }
+        assert held == wanted
+        for name in wanted:
             await core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        for a in await allocation_ids(rt):
-            await release(rt, a)
     await rt.close()

@@ -77,7 +77,7 @@ class Node:
             p["metadata"]["uid"] for p in self.pods.values() if p["status"]["phase"] == "Running"
         }
         return {
-            (r.pod_uid, r.container or "", tuple(sorted(r.device_ids)))
+            (r.pod_uid or "", r.container or "", tuple(sorted(r.device_ids)))
             for r in self.kubelet.allocations
             if r.pod_uid in live
         }

@@ -18,7 +18,7 @@ import pytest_asyncio
 from kubernetes import client
 
 from lj_runtimekit_device_plugin.app import serve
-from lj_runtimekit_device_plugin.assignment import ASSIGNMENT, marks
+from lj_runtimekit_device_plugin.assignment import ALLOCATION, ASSIGNMENT, marks
 from lj_runtimekit_device_plugin.model import GIB
 from lj_runtimekit_device_plugin.settings import load
 
@@ -48,6 +48,12 @@ async def plugin(request: Any, cluster: Any, emulated_gpu_node: Any) -> AsyncIte
             request.param,
             "--kubelet-pods-url",
             node.emulator.pods_url,
+            "--pod-resources-socket",
+            node.emulator.pod_resources_socket,
+            "--reconcile-interval",
+            "0.5",
+            "--release-grace",
+            "0.5",
         ],
         {},
     )
@@ -100,9 +106,10 @@ async def test_core_and_memory_containers_and_two_container_pods_get_their_own_d
 ) -> None:
     node = plugin
     wanted = {
-        # two identical pods asking core and memory in one container
+        # two pods asking core and memory in one container (never the same shape pending at
+        # once on one node: the scheduler's side of the contract)
         "both-a": {"main": ("gpu-2", 30, 8)},
-        "both-b": {"main": ("gpu-3", 30, 8)},
+        "both-b": {"main": ("gpu-3", 40, 12)},
         # two shared containers in one pod, one asking core, the other memory
         "pair": {"train": ("gpu-4", 20, 0), "eval": ("gpu-5", 0, 10)},
     }
@@ -189,7 +196,7 @@ async def test_whole_gpus_are_the_schedulers_and_never_a_device_it_gave_out_as_s
             namespace, _pod("shared-a", node.name, "2026-12-03T00:00:02Z", {"m": ("gpu-0", 30, 8)})
         )
         core.create_namespaced_pod(
-            namespace, _pod("shared-b", node.name, "2026-12-03T00:00:03Z", {"m": ("gpu-1", 30, 8)})
+            namespace, _pod("shared-b", node.name, "2026-12-03T00:00:03Z", {"m": ("gpu-1", 40, 10)})
         )
         # the shared pods wait on the apiserver view: their decisions are seen before this one
         await asyncio.sleep(0.5)
@@ -204,3 +211,46 @@ async def test_whole_gpus_are_the_schedulers_and_never_a_device_it_gave_out_as_s
     # shared unit ids are counters, not devices: the Runtime's allocations say which device
     held = {a.pod.name: a.device_ids for a in node.simulator.allocations() if a.container == "m"}
     assert held == {"shared-a": ("gpu-0",), "shared-b": ("gpu-1",)}
+
+
+async def test_shared_and_whole_pods_cycle_through_the_same_gpus_and_all_come_back(
+    cluster: Any, namespace: str, plugin: Any
+) -> None:
+    """Round after round, two shared pods fill gpu-0 (100 % core) and a whole pod takes gpu-5;
+    then all are deleted (the kubelet restarted in some rounds) and the next round takes the
+    same devices. Before release existed, round 2's Allocates were refused (gpu-0 full, gpu-5
+    held whole). At the end the Runtime holds nothing."""
+    node = plugin
+    emu = node.emulator
+    with cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        for r in range(6):
+            shared = {f"s{r}a": ("gpu-0", 60, 40), f"s{r}b": ("gpu-0", 40, 30)}
+            for k, (name, dec) in enumerate(shared.items()):
+                at = f"2026-12-03T00:{r:02d}:0{k}Z"
+                core.create_namespaced_pod(namespace, _pod(name, node.name, at, {"main": dec}))
+            core.create_namespaced_pod(
+                namespace,
+                _whole_pod(f"w{r}", node.name, f"2026-12-03T00:{r:02d}:09Z", ["gpu-5"], 1),
+            )
+            mine = {f"{namespace}/{n}" for n in [*shared, f"w{r}"]}
+            await _until(lambda m=mine: len([x for x in emu.allocations if x.pod in m]) >= 5)
+            records = [x for x in emu.allocations if x.pod in mine]
+            for name, (device, core_, _) in shared.items():
+                envs = [_envs(x.response) for x in records if x.pod == f"{namespace}/{name}"]
+                assert {e["LJ_VISIBLE_DEVICES"] for e in envs} == {device}
+                assert {e["LJ_GPU_CORE_PERCENT"] for e in envs} == {str(core_)}
+            whole = [_envs(x.response) for x in records if x.pod == f"{namespace}/w{r}"]
+            assert whole[0]["LJ_VISIBLE_DEVICES"] == "gpu-5"
+            # the whole pod is marked with the devices it really got, under its real owner
+            meta: Any = core.read_namespaced_pod(f"w{r}", namespace).metadata
+            ann = meta.annotations
+            assert json.loads(ann[ALLOCATION])["devices"] == {"main": {GPU: ["gpu-5"]}}
+            owners = {(a.pod.name, a.container) for a in node.simulator.allocations()}
+            assert (f"w{r}", "main") in owners
+            if r % 3 == 1:
+                await emu.restart()
+            for name in [*shared, f"w{r}"]:
+                core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        assert emu.failures == [], emu.failures
+        await _until(lambda: node.simulator.allocations() == [], within_s=20)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import structlog
 
@@ -17,7 +18,7 @@ from .errors import DevicePluginError, PermanentError, TemporaryError
 from .model import Allocation, Injection
 from .reconcile import PROVISIONAL_NAMESPACE, stale_whole
 from .resources import ResourceNames
-from .runtime import RuntimeClient, allocations, release
+from .runtime import AllocationRefused, RuntimeClient, allocations, release
 
 log = structlog.get_logger(__name__)
 
@@ -26,6 +27,12 @@ StaleReleaser = Callable[[list[Allocation], str], Awaitable[None]]
 """(allocations of gone containers, resource): release them, with logs and metrics."""
 InjectionCheck = Callable[[str, Injection], None]
 PodLister = Callable[[], Awaitable[list[PodView]]]
+
+
+class RoomMaker(Protocol):
+    """Frees what gone containers still hold (a prompt reconcile pass)."""
+
+    async def prompt(self) -> object: ...
 
 
 class AllocateTimeout(TemporaryError):
@@ -70,7 +77,9 @@ class Allocator:
         check: InjectionCheck | None = None,
         pods: PodLister | None = None,
         node: str = "",
+        room: RoomMaker | None = None,
     ) -> None:
+        self.room = room
         self.pods = pods
         self.node = node
         self.release_stale = release_stale
@@ -132,8 +141,13 @@ class Allocator:
             # pod-resources names the container once the kubelet recorded it; reconcile re-owns
             pod = (PROVISIONAL_NAMESPACE, "whole-" + "-".join(devices), uuid.uuid4().hex)
             container = "unknown"
-        alloc = await self.client.allocate(
-            pod=pod, container=container, resource=resource, device_ids=devices
+        alloc = await allocate_making_room(
+            self.client,
+            self.room,
+            pod=pod,
+            container=container,
+            resource=resource,
+            device_ids=devices,
         )
         log.info(
             "allocated",
@@ -169,3 +183,36 @@ class Allocator:
                 next="provisional owner; pod-resources re-owns it",
             )
         return owner
+
+
+async def allocate_making_room(
+    client: RuntimeClient,
+    room: RoomMaker | None,
+    *,
+    pod: tuple[str, str, str],
+    container: str,
+    resource: str,
+    device_ids: list[str],
+    core_percent: int = 0,
+    memory_bytes: int = 0,
+) -> Allocation:
+    """The Runtime's Allocate; when it refuses for lack of room, one prompt reconcile pass
+    (containers that are gone still hold it) and one more try."""
+    for attempt in (1, 2):
+        try:
+            alloc = await client.allocate(
+                pod=pod,
+                container=container,
+                resource=resource,
+                device_ids=device_ids,
+                core_percent=core_percent,
+                memory_bytes=memory_bytes,
+            )
+        except AllocationRefused as e:
+            if room is None or attempt == 2:
+                raise
+            log.info("allocate_refused_reconciling", resource=resource, error=str(e))
+            await room.prompt()
+            continue
+        return alloc
+    raise AssertionError("unreachable")

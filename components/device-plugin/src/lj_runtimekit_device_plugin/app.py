@@ -121,7 +121,13 @@ def _pod_lister(s: Settings, api: Any) -> PodLister | None:
 
 
 def _handshake(
-    s: Settings, client: RuntimeClient, names: ResourceNames, api: Any, pods: PodLister | None
+    s: Settings,
+    client: RuntimeClient,
+    names: ResourceNames,
+    api: Any,
+    pods: PodLister | None,
+    *,
+    room: Reclaimer,
 ) -> Any:
     async def mark(pod: PodView, update: MarkUpdate) -> None:
         await mark_pod(api, pod.namespace, pod.name, pod.uid, update)
@@ -131,7 +137,7 @@ def _handshake(
 
     if api is None or pods is None:
         return None
-    return SharedHandshake(client, names, s.node_name, pods, mark, post_event=event)
+    return SharedHandshake(client, names, s.node_name, pods, mark, post_event=event, room=room)
 
 
 def ours(names: ResourceNames) -> Callable[[str], bool]:
@@ -209,11 +215,12 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
         client,
         names,
         s.allocate_timeout,
-        _handshake(s, client, names, api, pods),
+        _handshake(s, client, names, api, pods, room=reclaimer),
         release_stale=reclaimer.release_stale,
         check=annotation_check(s.annotation_patterns, metrics),
         pods=pods,
         node=s.node_name,
+        room=reclaimer,
     )
 
     def registered(resource: str) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import structlog
 
+from .allocate import RoomMaker, allocate_making_room
 from .assignment import (
     Candidate,
     PodView,
@@ -75,7 +76,9 @@ class SharedHandshake:
         mark_pod: PodMarker,
         *,
         post_event: EventPoster | None = None,
+        room: RoomMaker | None = None,
     ) -> None:
+        self.room = room
         self.post_event = post_event
         self._warned: set[tuple[str, str]] = set()
         self.client = client
@@ -224,7 +227,9 @@ class SharedHandshake:
             else:
                 for share in c.shares:
                     fresh.append(
-                        await self.client.allocate(
+                        await allocate_making_room(
+                            self.client,
+                            self.room,
                             pod=pod,
                             container=c.container,
                             resource=resource,

@@ -35,7 +35,13 @@ class PodResourcesClient:
         self.timeout = timeout
         self._channel = grpc.aio.insecure_channel(
             sockets.unix_target(socket_path),
-            options=(("grpc.max_receive_message_length", MAX_MESSAGE),),
+            # a local socket: after a kubelet restart, reconnect within a tenth of a second
+            options=(
+                ("grpc.max_receive_message_length", MAX_MESSAGE),
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 1000),
+            ),
         )
         self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
 
@@ -52,7 +58,9 @@ class PodResourcesClient:
         no devices, so callers know the pod and container exist.
         """
         try:
-            r = await self._stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout)
+            r = await self._stub.List(
+                api_pb2.ListPodResourcesRequest(), timeout=self.timeout, wait_for_ready=True
+            )
         except grpc.aio.AioRpcError as e:
             where = self._where()
             raise PodResourcesUnavailable(

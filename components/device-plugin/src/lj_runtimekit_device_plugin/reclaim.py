@@ -91,12 +91,19 @@ class Reclaimer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.interval_s)
 
-    async def reconcile(self) -> PassResult:
+    async def prompt(self) -> PassResult:
+        """A pass at Allocate, when the Runtime refused for lack of room. The kubelet admits one
+        container at a time and records its devices as soon as its Allocate returns, so while
+        it waits on an Allocate every earlier allocation is in its pod-resources view: one pass
+        is enough, and no grace period applies."""
+        return await self.reconcile(prompt=True)
+
+    async def reconcile(self, *, prompt: bool = False) -> PassResult:
         """One pass; never raises for a peer that does not answer (it skips instead)."""
         async with self._lock:
             start = time.perf_counter()
             try:
-                result = await self._pass()
+                result = await self._pass(prompt)
             except TemporaryError as e:
                 log.info("reconcile_skipped", reason=str(e), released="nothing")
                 result = PassResult(skipped=str(e))
@@ -108,20 +115,27 @@ class Reclaimer:
                 result.released, result.reowned, result.waiting, result.skipped, seconds
             )
 
-    async def _pass(self) -> PassResult:
+    async def _pass(self, prompt: bool) -> PassResult:
         allocs = [a for a in await allocations(self.client) if self.ours(a.resource)]
         holdings = await self.kubelet.list()
         pods = await self.pods() if self.pods is not None else None
+        now = self.clock()
+        memory = self.memory
+        if prompt:
+            memory = Memory(
+                {a.id: now - self.grace_s for a in allocs}, frozenset(a.id for a in allocs)
+            )
         d = decide(
             allocs,
             holdings,
             pods,
-            now=self.clock(),
+            now=now,
             grace_s=self.grace_s,
-            memory=self.memory,
+            memory=memory,
             shared_resources=self.shared_resources,
         )
-        self.memory = d.memory
+        if not prompt:
+            self.memory = d.memory
         released = await self._release(d)
         reowned = await self._reown(d)
         if self.metrics is not None:
