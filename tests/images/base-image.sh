@@ -42,7 +42,10 @@ if [[ ! -f $archive ]]; then
   trap 'rm -rf "$work"' EXIT
   rootfs="$work/rootfs"
   start=$SECONDS
-  debootstrap --variant=minbase --include="$packages" --arch="$arch" "$suite" "$rootfs" "$mirror" \
+  # debootstrap reads some variables of its own (COMPONENTS, which make images sets): none leak in.
+  env -u COMPONENTS -u ARCH -u SUITE -u TARGET -u MIRRORS \
+    debootstrap --variant=minbase --components=main --include="$packages" --arch="$arch" \
+    "$suite" "$rootfs" "$mirror" \
     > "$work/debootstrap.log" 2>&1 || { tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
   # Small: no docs, man pages, locales, apt lists, caches or logs; the image's apt points at the
   # same mirror for anyone who extends it.

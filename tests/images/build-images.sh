@@ -125,8 +125,8 @@ for c in "${components[@]}"; do
   $BUILDAH push --quiet "$ref" "oci:$layout" >/dev/null
   digest=$(python3 "$here/oci_archive.py" pack "$layout" "$ref" "$out/$c.tar")
   rm -rf "$layout"
-  printf '{"component": "%s", "image": "%s", "archive": "%s", "digest": "%s", "inputs": "%s"}\n' \
-    "$c" "$ref" "$out/$c.tar" "$digest" "$key" > "$sidecar"
+  printf '{"component": "%s", "image": "%s", "digest": "%s", "inputs": "%s"}\n' \
+    "$c" "$ref" "$digest" "$key" > "$sidecar"
   echo "== $c: built in $((SECONDS - start)) s, $(du -h "$out/$c.tar" | cut -f1) → $out/$c.tar ($digest)" >&2
   built=$((built + 1))
 done

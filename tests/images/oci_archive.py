@@ -5,10 +5,10 @@
     oci_archive.py index OUT_DIR COMPONENT...             # OUT_DIR/index.json from the sidecars
 
 ``pack`` names the layout's one manifest twice, as containerd's own export does:
-``io.containerd.image.name`` (the full reference, which ``ctr images import`` uses as is; a name
-without a domain would be rewritten to docker.io by the CRI) and ``org.opencontainers.image.ref.name``
-(the tag, as the OCI image layout spec wants it). The tar is reproducible (sorted entries, fixed
-mtimes and owners). It prints the manifest digest.
+``io.containerd.image.name`` (the full reference, which ``ctr images import`` uses as is; a
+name without a domain would be rewritten to docker.io by the CRI) and
+``org.opencontainers.image.ref.name`` (the tag, as the OCI image layout spec wants it). The tar
+is reproducible (sorted entries, fixed mtimes and owners). It prints the manifest digest.
 
 Standard library only: it runs with the machine's python3.
 """
@@ -49,13 +49,19 @@ def pack(layout: Path, ref: str, archive: Path) -> str:
 
 
 def write_index(out: Path, components: list[str]) -> Path:
-    """index.json: one entry per component whose image is built, in the order given."""
+    """index.json: {component, image, archive, digest} for each component whose image is built,
+    in the order given."""
     entries = []
     for c in components:
-        sidecar = out / f"{c}.json"
-        if sidecar.exists():
+        sidecar, archive = out / f"{c}.json", (out / f"{c}.tar").resolve()
+        if sidecar.exists() and archive.exists():
             entry = json.loads(sidecar.read_text())
-            entries.append({k: entry[k] for k in ("component", "image", "archive", "digest")})
+            # Relative to the repository (the working directory) when the archive is in it.
+            if archive.is_relative_to(Path.cwd()):
+                archive = archive.relative_to(Path.cwd())
+            entries.append(
+                {**{k: entry[k] for k in ("component", "image", "digest")}, "archive": str(archive)}
+            )
     path = out / "index.json"
     path.write_text(json.dumps(entries, indent=2) + "\n")
     return path
