@@ -14,6 +14,7 @@ BUF := $(BUILD)/tools/node/node_modules/.bin/buf
 COMPONENTS ?= device-plugin scheduler exporter controller job-agent
 REGISTRY ?= lj-runtimekit-registry.cn-hangzhou.cr.aliyuncs.com/lj-runtimekit
 NODES ?= 3
+REAL_NODES ?= 0
 PYTEST_ARGS ?=
 
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
@@ -75,8 +76,8 @@ bench: setup k8s-bin ## benchmarks; figures in build/bench/<component>.json and 
 	$(PY) -m lj_runtimekit_testkit.bench run --out $(BUILD)/bench
 
 .PHONY: cluster-up
-cluster-up: setup k8s-bin ## start the local control plane with NODES KWOK nodes; prints the kubeconfig
-	$(VENV)/bin/lj-cluster up --nodes $(NODES)
+cluster-up: setup k8s-bin ## the local control plane with NODES KWOK nodes and REAL_NODES real ones; prints the kubeconfig
+	$(VENV)/bin/lj-cluster up --nodes $(NODES) --real-nodes $(REAL_NODES)
 
 .PHONY: cluster-down
 cluster-down: $(UV) ## stop the local control plane started by cluster-up

@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lj_runtimekit_testkit.manifests import DEPLOY
+from lj_runtimekit_testkit.manifests import CHART, DEPLOY, tool_dir
 from lj_runtimekit_testkit.node import RealNode
 from lj_runtimekit_testkit.suite import (
     FEATURE_LABEL,
@@ -124,7 +125,8 @@ def test_every_suite_pod_runs_1_of_1_on_the_real_nodes(deployed: RealCluster) ->
     assert apps == sorted(
         ["lj-runtimekit-device-plugin"] * 2
         + ["lj-runtimekit-exporter"] * 2
-        + ["lj-runtimekit-scheduler", "lj-runtimekit-controller"]
+        + ["lj-runtimekit-scheduler"] * 2  # two replicas, one leader
+        + ["lj-runtimekit-controller"]
     ), apps
     assert all_running(pods)
 
@@ -348,3 +350,66 @@ def test_undeploy_leaves_the_nodes_as_they_were(deployed: RealCluster) -> None:
         assert not ours, ours
         assert handler_loaded(node) == ""
     assert op.kubectl("get", "runtimeclass", "lj-runtime", check=False).returncode != 0
+
+
+def test_the_helm_chart_installs_runs_and_uninstalls_on_the_real_nodes(
+    deployed: RealCluster,
+) -> None:
+    """The chart instead of deploy-all.sh: the same suite Running on the same nodes, the nodes
+    enabled by the agent again; switched off before ``helm uninstall``."""
+    op = deployed.operator
+    helm = str(tool_dir() / "helm")
+    for node in deployed.named.values():
+        op.label(node.name, True)
+    install = subprocess.run(
+        [
+            helm,
+            "install",
+            "lj-runtimekit",
+            str(CHART),
+            "--namespace",
+            NS,
+            "--set",
+            f"registry={op.registry}",
+            "--wait",
+            "--timeout",
+            "4m",
+        ],
+        env=op.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert all_running(op.suite_pods())
+    for node in deployed.named.values():
+        status = wait_for(
+            f"enable recorded on {node.name}",
+            functools.partial(recorded_result, op, node.name, "enable", "succeeded"),
+            240,
+        )
+        assert handler_loaded(node), status
+        op.label(node.name, False)
+    for node in deployed.named.values():
+        wait_for(
+            f"disable recorded on {node.name}",
+            functools.partial(recorded_result, op, node.name, "disable", "succeeded"),
+            240,
+        )
+        assert handler_loaded(node) == ""
+    uninstall = subprocess.run(
+        [helm, "uninstall", "lj-runtimekit", "--namespace", NS, "--wait"],
+        env=op.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert uninstall.returncode == 0, uninstall.stdout + uninstall.stderr
+    wait_for("the chart's pods gone", lambda: not op.suite_pods(), 120)
+
+
+def recorded_result(op: Operator, node: str, action: str, result: str) -> dict[str, Any] | None:
+    status = recorded(op, node, action)
+    return status if status and status.get("result") == result else None
