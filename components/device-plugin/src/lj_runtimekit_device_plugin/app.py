@@ -128,12 +128,14 @@ def _handshake(
     pods: PodLister | None,
     *,
     room: Reclaimer,
+    metrics: PluginMetrics,
 ) -> Any:
     async def mark(pod: PodView, update: MarkUpdate) -> None:
         await mark_pod(api, pod.namespace, pod.name, pod.uid, update)
 
     async def event(pod: PodView, reason: str, message: str) -> None:
         await post_event(api, (pod.namespace, pod.name, pod.uid), reason, message, node=s.node_name)
+        metrics.events.labels(reason).inc()
 
     if api is None or pods is None:
         return None
@@ -215,7 +217,7 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
         client,
         names,
         s.allocate_timeout,
-        _handshake(s, client, names, api, pods, room=reclaimer),
+        _handshake(s, client, names, api, pods, room=reclaimer, metrics=metrics),
         release_stale=reclaimer.release_stale,
         check=annotation_check(s.annotation_patterns, metrics),
         pods=pods,
