@@ -3,7 +3,11 @@
 Measured through real gRPC channels on unix sockets:
 - GetPreferredAllocation p50/p99 on 8 and 16 GPUs (NVLink islands of 4 and 8; random free sets);
 - Allocate p50/p99 for one whole GPU against the in-process runtime simulator;
-- health event → the ListAndWatch stream showing it, p50/p99.
+- health event → the ListAndWatch stream showing it, p50/p99;
+- release latency after a pod is deleted (reconcile interval and grace 0.5 s), p50/p99;
+- one reconcile pass on a node with 100 allocations (Runtime ListAllocations, kubelet
+  pod-resources List and /pods, all held), p50/p99;
+- one pod-resources List of 100 pods, p50/p99 (the kubelet emulator's server).
 """
 
 from __future__ import annotations
@@ -16,19 +20,28 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from lj_runtimekit_device_plugin.allocate import Allocator
+from lj_runtimekit_device_plugin.app import ours
 from lj_runtimekit_device_plugin.health import HealthFollower
 from lj_runtimekit_device_plugin.inventory import Inventory
+from lj_runtimekit_device_plugin.kubelet import kubelet_pods
 from lj_runtimekit_device_plugin.model import GIB, Device, Link
+from lj_runtimekit_device_plugin.podresources import PodResourcesClient
+from lj_runtimekit_device_plugin.podview import pod_state, pod_view
+from lj_runtimekit_device_plugin.reclaim import Reclaimer
+from lj_runtimekit_device_plugin.reconcile import PodState
 from lj_runtimekit_device_plugin.resources import ResourceNames
-from lj_runtimekit_device_plugin.runtime import RuntimeClient, allocation_ids, release
+from lj_runtimekit_device_plugin.runtime import RuntimeClient, allocation_ids
 from lj_runtimekit_device_plugin.server import DevicePlugin, create_server
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from lj_runtimekit_interface.deviceplugin.v1beta1.api_pb2 import ContainerAllocateResponse
 from lj_runtimekit_testkit.bench import Figure, write
+from lj_runtimekit_testkit.kubelet.emulator import AllocationRecord, KubeletEmulator
 from lj_runtimekit_testkit.simulator import Simulator
 
 NAMES = ResourceNames()
@@ -111,8 +124,7 @@ async def runtime_figures(d: Path) -> list[Figure]:
         t = time.perf_counter()
         await stub.Allocate(req)
         alloc.append(time.perf_counter() - t)
-        for a in await allocation_ids(client):
-            await release(client, a)
+        # no release by hand: the next Allocate of the device frees the stale holder itself
     health = []
     call = stub.ListAndWatch(api_pb2.Empty())
     await call.read()
@@ -134,8 +146,115 @@ async def runtime_figures(d: Path) -> list[Figure]:
     return [
         Figure("Allocate p50, 1 whole GPU of 8 (simulator)", a50, "ms"),
         Figure("Allocate p99, 1 whole GPU of 8 (simulator)", a99, "ms"),
+        # each Allocate above also lists the Runtime's allocations and releases the stale one
         Figure("health event to ListAndWatch p50", h50, "ms"),
         Figure("health event to ListAndWatch p99", h99, "ms"),
+    ]
+
+
+def _held_pod(k: int) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "bench", "name": f"p{k}", "uid": f"uid-{k}"},
+        "spec": {"containers": [{"name": "main"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def _record(k: int, resource: str, ids: tuple[str, ...]) -> AllocationRecord:
+    return AllocationRecord(
+        resource,
+        ids,
+        ContainerAllocateResponse(),
+        pod_uid=f"uid-{k}",
+        pod=f"bench/p{k}",
+        container="main",
+    )
+
+
+async def lifecycle_figures() -> list[Figure]:
+    sim = Simulator(tempfile.mkdtemp(prefix="ljbench-"), "gpu-8x-nvlink")
+    await sim.start()
+    emu = KubeletEmulator("bench-node", tempfile.mkdtemp(prefix="ljbk-"))
+    await emu.start()
+    client = RuntimeClient(str(sim.socket_dir))
+    kubelet = PodResourcesClient(emu.pod_resources_socket)
+
+    async def pods() -> list[PodState]:
+        views = [pod_view(p) for p in await kubelet_pods(emu.pods_url)]
+        return [pod_state(v) for v in views if v is not None]
+
+    reclaimer = Reclaimer(
+        client,
+        kubelet,
+        ours(NAMES),
+        frozenset({NAMES.gpu_core, NAMES.gpu_memory}),
+        pods=pods,
+        interval_s=0.5,
+        grace_s=0.5,
+    )
+    # 100 shared allocations of 1 % on 8 GPUs, each held by its pod
+    live: list[dict[str, Any]] = []
+    for k in range(100):
+        gpu = f"gpu-{k % 8}"
+        await client.allocate(
+            pod=("bench", f"p{k}", f"uid-{k}"),
+            container="main",
+            resource=NAMES.gpu_core,
+            device_ids=[gpu],
+            core_percent=1,
+            memory_bytes=GIB,
+        )
+        live.append(_held_pod(k))
+        emu.allocations.append(_record(k, NAMES.gpu_core, (f"{gpu}::core-{k}",)))
+    emu.set_pods(live)
+    lists, passes = [], []
+    for _ in range(ROUNDS):
+        t = time.perf_counter()
+        await kubelet.list()
+        lists.append(time.perf_counter() - t)
+    for _ in range(60):
+        result = await reclaimer.reconcile()
+        if result.released or result.skipped:
+            raise RuntimeError(f"a pass on a node where all is held released or skipped: {result}")
+        passes.append(result.seconds)
+    # release latency: a shared pod is deleted; how long until the Runtime frees its share
+    task = asyncio.create_task(reclaimer.run())
+    latency = []
+    for k in range(100, 130):
+        gpu = f"gpu-{k % 8}"
+        a = await client.allocate(
+            pod=("bench", f"p{k}", f"uid-{k}"),
+            container="main",
+            resource=NAMES.gpu_core,
+            device_ids=[gpu],
+            core_percent=1,
+            memory_bytes=GIB,
+        )
+        emu.allocations.append(_record(k, NAMES.gpu_core, (f"{gpu}::core-{k % 100}",)))
+        emu.set_pods([*live, _held_pod(k)])
+        await asyncio.sleep(0.6)  # held, and past the grace period
+        emu.set_pods(live)
+        t = time.perf_counter()
+        while a.id in await allocation_ids(client):  # noqa: ASYNC110 - polls the Runtime
+            await asyncio.sleep(0.005)
+        latency.append(time.perf_counter() - t)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await kubelet.close()
+    await client.close()
+    await emu.stop()
+    await sim.stop()
+    l50, l99 = _pcts(lists)
+    p50, p99 = _pcts(passes)
+    r50, r99 = _pcts(latency)
+    return [
+        Figure("release after pod deletion p50 (interval 0.5 s, grace 0.5 s)", r50, "ms"),
+        Figure("release after pod deletion p99 (interval 0.5 s, grace 0.5 s)", r99, "ms"),
+        Figure("reconcile pass p50, 100 allocations held", p50, "ms"),
+        Figure("reconcile pass p99, 100 allocations held", p99, "ms"),
+        Figure("pod-resources List p50, 100 pods", l50, "ms"),
+        Figure("pod-resources List p99, 100 pods", l99, "ms"),
     ]
 
 
@@ -144,6 +263,7 @@ async def main_async(out: Path) -> None:
     figures = await preferred_latency(8, 4, d)
     figures += await preferred_latency(16, 8, d)
     figures += await runtime_figures(d)
+    figures += await lifecycle_figures()
     path = write(out, "device-plugin", figures)
     for f in figures:
         print(f"{f.name:<50} {f.value:10.3f} {f.unit}")
