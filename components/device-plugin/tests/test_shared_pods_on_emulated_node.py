@@ -254,3 +254,32 @@ async def test_shared_and_whole_pods_cycle_through_the_same_gpus_and_all_come_ba
                 core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
         assert emu.failures == [], emu.failures
         await _until(lambda: node.simulator.allocations() == [], within_s=20)
+
+
+async def test_two_pending_pods_of_one_shape_are_refused_with_an_event_never_crossed(
+    cluster: Any, namespace: str, plugin: Any
+) -> None:
+    """A broken contract (two same-shaped pending pods, e.g. bound by another client): the
+    kubelet names no pod, so the plugin refuses rather than guess, and says why on both pods.
+    Before: the oldest decision went to whichever pod the kubelet admitted first."""
+    node = plugin
+    emu = node.emulator
+    with cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        for k, gpu in enumerate(["gpu-6", "gpu-7"]):
+            body = _pod(f"twin-{k}", node.name, f"2026-12-03T00:00:0{k}Z", {"m": (gpu, 30, 0)})
+            core.create_namespaced_pod(namespace, body)
+
+        def reasons() -> dict[str, set[str]]:
+            events = core.list_namespaced_event(namespace).items
+            out: dict[str, set[str]] = {}
+            for e in events:
+                out.setdefault(str(e.involved_object.name), set()).add(str(e.reason))
+            return out
+
+        await _until(
+            lambda: all("AmbiguousGpuAssignment" in reasons().get(f"twin-{k}", ()) for k in (0, 1))
+        )
+        assert emu.failures
+        assert all("pending containers" in f[3] for f in emu.failures)
+        assert not [a for a in node.simulator.allocations() if a.pod.name.startswith("twin-")]
