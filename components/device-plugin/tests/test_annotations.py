@@ -9,6 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lj_runtimekit_device_plugin.annotations import BadPattern, not_passed, path_match
+from lj_runtimekit_device_plugin.app import annotation_check
+from lj_runtimekit_device_plugin.metrics import PluginMetrics
+from lj_runtimekit_device_plugin.model import Injection
 
 
 @pytest.mark.parametrize(
@@ -52,3 +55,16 @@ def test_keys_the_guides_pattern_drops_are_named() -> None:
 def test_path_match_never_raises_but_bad_pattern(pattern: str, name: str) -> None:
     with contextlib.suppress(BadPattern):
         path_match(pattern, name)
+
+
+def test_the_allocate_check_logs_and_counts_keys_containerd_would_drop() -> None:
+    metrics = PluginMetrics()
+    check = annotation_check(("xdm.amp.com*",), metrics)
+    inj = Injection(annotations=(("xdm.amp.com/devices", "gpu-0"), ("xdm.amp.com.ok", "1")))
+    check("aliyun.com/gpu", inj)
+    check("aliyun.com/gpu", inj)
+    check("aliyun.com/gpu", Injection(annotations=(("xdm.amp.com.ok", "1"),)))
+    value = metrics.registry.get_sample_value(
+        "lj_device_plugin_injection_annotations_rejected_total", {"resource": "aliyun.com/gpu"}
+    )
+    assert value == 2
