@@ -29,7 +29,7 @@ from .kube import (
     node_pods,
     post_event,
 )
-from .kubelet import kubelet_pods
+from .kubelet import PodsUnavailable, kubelet_pods
 from .metrics import PluginMetrics
 from .model import Injection
 from .plugins import PluginHost
@@ -185,8 +185,15 @@ def _reclaimer(
     if pods is not None:
         lister = pods
 
-        async def states_of() -> list[PodState]:
-            return [pod_state(v) for v in await lister()]
+        async def states_of() -> list[PodState] | None:
+            try:
+                return [pod_state(v) for v in await lister()]
+            except PodsUnavailable as e:
+                # /pods reads the kubelet's own pod manager, as pod-resources does: without it a
+                # pass loses only the uid and phase checks, so it goes on (an apiserver source's
+                # failure, ApiserverUnavailable, still skips the pass)
+                log.info("reconcile_without_pod_list", error=str(e))
+                return None
 
         states = states_of
     return Reclaimer(

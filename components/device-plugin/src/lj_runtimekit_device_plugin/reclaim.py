@@ -35,7 +35,8 @@ from .runtime import (
 
 log = structlog.get_logger(__name__)
 
-PodStates = Callable[[], Awaitable[list[PodState]]]
+PodStates = Callable[[], Awaitable[list[PodState] | None]]
+"""The pods on the node; None when unknown this time (the pass goes on without them)."""
 
 
 @dataclass(frozen=True)
