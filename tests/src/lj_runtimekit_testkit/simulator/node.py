@@ -207,6 +207,8 @@ class NodeState:
             },
         }
         tmp = self.state_file.with_suffix(self.state_file.suffix + ".tmp")
+        # A Runtime owns its state directory: the first save makes it.
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(doc, indent=2), encoding="utf-8")
         os.replace(tmp, self.state_file)
 
