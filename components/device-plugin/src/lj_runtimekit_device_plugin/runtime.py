@@ -190,7 +190,9 @@ class RuntimeClient:
             memory_bytes=memory_bytes,
         )
         try:
-            r = await self._stub.Allocate(req, timeout=self.timeout)
+            # wait_for_ready: a Runtime restarting (an upgrade window) is waited for, within the
+            # timeout, instead of failing the admission at once while the channel reconnects
+            r = await self._stub.Allocate(req, timeout=self.timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as e:
             if e.code() in (
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -230,7 +232,9 @@ async def release(client: RuntimeClient, allocation_id: str) -> int:
     """Free one allocation (unknown ids are not an error); how many were freed."""
     try:
         r = await client._stub.Release(
-            device_pb2.ReleaseRequest(allocation_id=allocation_id), timeout=client.timeout
+            device_pb2.ReleaseRequest(allocation_id=allocation_id),
+            timeout=client.timeout,
+            wait_for_ready=True,
         )
     except grpc.aio.AioRpcError as e:
         raise client._unavailable("Release", e) from e
@@ -241,7 +245,7 @@ async def allocations(client: RuntimeClient) -> list[Allocation]:
     """Every live allocation on the node."""
     try:
         r = await client._stub.ListAllocations(
-            device_pb2.ListAllocationsRequest(), timeout=client.timeout
+            device_pb2.ListAllocationsRequest(), timeout=client.timeout, wait_for_ready=True
         )
     except grpc.aio.AioRpcError as e:
         raise client._unavailable("ListAllocations", e) from e
@@ -258,7 +262,9 @@ async def update_owner(
         container=container,
     )
     try:
-        r = await client._stub.UpdateAllocationOwner(req, timeout=client.timeout)
+        r = await client._stub.UpdateAllocationOwner(
+            req, timeout=client.timeout, wait_for_ready=True
+        )
     except grpc.aio.AioRpcError as e:
         if e.code() == grpc.StatusCode.UNIMPLEMENTED:
             raise MethodMissing(f"this Runtime lacks {UPDATE_OWNER}") from e
