@@ -5,6 +5,7 @@ harness to start."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import signal
 import subprocess
@@ -24,11 +25,12 @@ from lj_runtimekit_testkit.node.cgroups import hierarchies, sweep_stale
 pytestmark = [pytest.mark.realnode, pytest.mark.cluster]
 
 _HOLDER = """
-import json, os, signal, threading
+import json, os, signal, sys, threading
+from pathlib import Path
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from lj_runtimekit_testkit.cluster.launcher import ControlPlane
 from lj_runtimekit_testkit.node import RealNodes
-cp = ControlPlane(node_network=True)
+cp = ControlPlane(work_dir=Path(sys.argv[1]), node_network=True)
 cp.start()
 node = RealNodes(cp).add(inventory="gpu-1x")
 print("NODE", json.dumps({"pids": sum(node.host_pids().values(), []), "veth": node.host_veth,
@@ -46,12 +48,19 @@ def _can_run() -> None:
     node_binaries_dir()
 
 
-def _start_holder() -> tuple[subprocess.Popen[str], dict[str, Any]]:
+def _term_with_parent() -> None:
+    """In the holder: SIGTERM it (it then stops its node) if this test run dies first."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _start_holder(work_dir: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER],
+        [sys.executable, "-c", _HOLDER, str(work_dir)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        preexec_fn=_term_with_parent,  # noqa: PLW1509 - pytest's main thread
     )
     assert holder.stdout is not None
     line = holder.stdout.readline()
@@ -81,8 +90,10 @@ def _wait_gone(info: dict[str, Any], key: str, deadline_s: float = 30.0) -> None
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
-def test_an_interrupted_holder_leaves_nothing_of_its_node(sig: signal.Signals) -> None:
-    holder, info = _start_holder()
+def test_an_interrupted_holder_leaves_nothing_of_its_node(
+    sig: signal.Signals, tmp_path: Path
+) -> None:
+    holder, info = _start_holder(tmp_path)
     with holder:
         try:
             assert info["pids"]
@@ -94,8 +105,10 @@ def test_an_interrupted_holder_leaves_nothing_of_its_node(sig: signal.Signals) -
     assert _left(info) == {"processes": [], "links": [], "cgroups": []}
 
 
-def test_a_killed_holder_leaves_no_process_and_its_leftovers_are_reclaimed() -> None:
-    holder, info = _start_holder()
+def test_a_killed_holder_leaves_no_process_and_its_leftovers_are_reclaimed(
+    tmp_path: Path,
+) -> None:
+    holder, info = _start_holder(tmp_path)
     with holder:
         holder.kill()
         holder.wait()
