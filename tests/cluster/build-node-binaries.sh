@@ -46,6 +46,13 @@ mkdir -p "$partial/bin" "$partial/cni" "$partial/images"
 if [[ -d "$out" ]]; then cp -a "$out/." "$partial/"; fi
 missing() { [[ ! -x "$partial/bin/$1" ]]; }
 step() { echo "[node-binaries] $*" >&2; }
+# Runs a chatty command quietly; its output goes to stderr only when it fails.
+quiet() {
+  local out rc=0
+  out=$("$@" 2>&1) || rc=$?
+  if (( rc != 0 )); then printf '%s\n' "$out" >&2; echo "[node-binaries] failed ($rc): $*" >&2; fi
+  return "$rc"
+}
 timed() { local t=$SECONDS; "$@"; step "$1 done in $(( SECONDS - t )) s"; }
 
 build_kubelet() {
@@ -68,7 +75,7 @@ build_kubelet() {
   go mod tidy -e >/dev/null 2>&1 || true
   local pkg=k8s.io/component-base/version
   local ld="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  go get "k8s.io/kubernetes/cmd/kubelet@$KUBERNETES_VERSION" >/dev/null 2>&1
+  quiet go get "k8s.io/kubernetes/cmd/kubelet@$KUBERNETES_VERSION"
   CGO_ENABLED=0 go build -tags tools -trimpath -ldflags "$ld" -o "$partial/bin/kubelet" k8s.io/kubernetes/cmd/kubelet
 }
 
@@ -78,8 +85,8 @@ build_containerd() {
   step "containerd $CONTAINERD_VERSION + ctr + containerd-shim-runc-v2 (CGO_ENABLED=0)"
   printf 'module ljrk.invalid/containerd\n\ngo 1.24\n' > go.mod
   # `go get` each command, not only the module root: their own dependencies come with them.
-  go get "$mod/cmd/containerd@$CONTAINERD_VERSION" "$mod/cmd/ctr@$CONTAINERD_VERSION" \
-    "$mod/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" >/dev/null 2>&1
+  quiet go get "$mod/cmd/containerd@$CONTAINERD_VERSION" "$mod/cmd/ctr@$CONTAINERD_VERSION" \
+    "$mod/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION"
   local ld="-s -w -X $mod/version.Version=$CONTAINERD_VERSION -X $mod/version.Package=$mod -X $mod/version.Revision=ljrk"
   CGO_ENABLED=0 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" -ldflags "$ld" \
     -o "$partial/bin/" "$mod/cmd/containerd" "$mod/cmd/ctr" "$mod/cmd/containerd-shim-runc-v2"
@@ -94,7 +101,7 @@ build_runc() {
     apt-get install -y --no-install-recommends libseccomp-dev >&2
   fi
   printf 'module ljrk.invalid/runc\n\ngo 1.24\n' > go.mod
-  go get "github.com/opencontainers/runc@$RUNC_VERSION" >/dev/null 2>&1
+  quiet go get "github.com/opencontainers/runc@$RUNC_VERSION"
   CGO_ENABLED=1 go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" \
     -o "$partial/bin/runc" github.com/opencontainers/runc
 }
