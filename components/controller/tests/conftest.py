@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
 from lj_runtimekit_controller import names, status
 from lj_runtimekit_controller.app import Controller
@@ -62,6 +65,143 @@ class JobWatcher:
             self.peak_per_node = max([self.peak_per_node, *per_node.values()])
             self.peak_total = max(self.peak_total, len(self.live))
             time.sleep(0.05)
+
+
+def agent_result(action: str, node: str, succeeded: bool = True, **fields: Any) -> str:
+    """The job agent's result as it writes it to /dev/termination-log (see the job agent's
+    result.py; not imported: components are independent)."""
+    data = {
+        "action": action,
+        "node": node,
+        "succeeded": succeeded,
+        "reason": ("Enabled" if action == "enable" else "Disabled") if succeeded else "Failed",
+        "message": f"{action}d by the stand-in kubelet's agent" if succeeded else "agent failed",
+        "agent_version": "1.13.0",
+        "runtime_changed": True,
+        "containerd_changed": True,
+        "containerd_restarted": True,
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **fields,
+    }
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+Ending = tuple[str, int, str]
+"""A pod's end as the stand-in kubelet reports it: phase, the agent's exit code, its message."""
+
+
+def runs_the_agent(action: str, node: str) -> Ending:
+    return "Succeeded", 0, agent_result(action, node)
+
+
+@dataclass
+class StandInKubelet:
+    """Plays the kubelet's part for nodes KWOK does not manage (no ``kwok.x-k8s.io/node``
+    annotation): each agent pod bound to one of them ends at once as its behaviour says, with the
+    agent's result in the agent container's termination message — the one thing a KWOK stage
+    cannot write, and the only thing the controller takes as proof that the agent ran."""
+
+    api: client.ApiClient
+    namespace: str
+    run_label: str
+    behaviour: dict[str, Callable[[str, str], Ending]] = field(default_factory=dict)
+    ended: int = 0
+    agent_result = staticmethod(agent_result)
+    _done: set[str] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def nodes(self, n: int, enable: bool, prefix: str = "agent") -> list[str]:
+        core = client.CoreV1Api(self.api)
+        made = [f"{prefix}-{uuid.uuid4().hex[:6]}-{i}" for i in range(n)]
+        for name in made:
+            labels = {"lj-test/run": self.run_label}
+            if len(name) <= 63:  # a label value's limit
+                labels["kubernetes.io/hostname"] = name
+            if enable:
+                labels["lj_runtimekit_enable"] = "true"
+            core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+            self.behaviour[name] = runs_the_agent
+        return made
+
+    def _end(self, core: client.CoreV1Api, pod: Any) -> None:
+        meta, spec = pod.metadata, pod.spec
+        node = spec.node_name or ""
+        if node not in self.behaviour or meta.uid in self._done or meta.deletion_timestamp:
+            return
+        if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
+            return
+        args = spec.containers[0].args or []
+        phase, code, message = self.behaviour[node](args[0] if args else "", node)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        statuses = [
+            {
+                "name": c.name,
+                "image": c.image,
+                "imageID": "",
+                "ready": False,
+                "started": False,
+                "restartCount": 0,
+                "state": {
+                    "terminated": {
+                        "exitCode": code,
+                        "reason": "Completed" if code == 0 else "Error",
+                        "message": message,
+                        "startedAt": now,
+                        "finishedAt": now,
+                    }
+                },
+            }
+            for c in spec.containers
+        ]
+        body = {"status": {"phase": phase, "startTime": now, "containerStatuses": statuses}}
+        try:
+            core.patch_namespaced_pod_status(meta.name, self.namespace, body)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        self._done.add(meta.uid)
+        self.ended += 1
+
+    def run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        while not self._stop.is_set():
+            listing = core.list_namespaced_pod(self.namespace)
+            for pod in listing.items:
+                self._end(core, pod)
+            rv = listing.metadata.resource_version if listing.metadata else None
+            w = watch.Watch()  # type: ignore[no-untyped-call]
+            with contextlib.suppress(ApiException):
+                while not self._stop.is_set():
+                    for event in w.stream(  # type: ignore[no-untyped-call]
+                        core.list_namespaced_pod,
+                        self.namespace,
+                        resource_version=rv,
+                        timeout_seconds=1,
+                    ):
+                        if event["type"] in ("ADDED", "MODIFIED"):
+                            self._end(core, event["object"])
+                        rv = event["object"].metadata.resource_version
+                        if self._stop.is_set():
+                            break
+
+
+@pytest.fixture
+def kubelet(cluster: Any, namespace: str, run_label: str) -> Iterator[StandInKubelet]:
+    """A :class:`StandInKubelet` for the test's namespace; its nodes are deleted afterwards."""
+    api = cluster.api_client()
+    stand_in = StandInKubelet(api, namespace, run_label)
+    thread = threading.Thread(target=stand_in.run, daemon=True, name="stand-in-kubelet")
+    thread.start()
+    try:
+        yield stand_in
+    finally:
+        stand_in._stop.set()
+        thread.join(10)
+        core = client.CoreV1Api(api)
+        for name in stand_in.behaviour:
+            with contextlib.suppress(ApiException):
+                core.delete_node(name)
+        api.close()
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
-"""The controller on the harness cluster: real apiserver, kube-controller-manager and KWOK nodes
-whose Job pods complete (or fail on the test's annotation)."""
+"""The controller on the harness cluster: real apiserver and kube-controller-manager; agent pods
+end either on KWOK nodes (Complete without any agent result, or failed on the test's annotation)
+or on the stand-in kubelet's nodes (with the agent's result in the termination message, as a real
+kubelet reports it)."""
 
 from __future__ import annotations
 
@@ -18,16 +20,58 @@ def done(probe: Any, node: str, action: str, result: str = "succeeded") -> Any:
     return st if st is not None and (st.action, st.result) == (action, result) else None
 
 
-async def test_label_runs_the_agent_and_records_success(
-    cluster: Any, probe: Any, start_controller: Any
+async def test_label_runs_the_agent_and_records_its_success(
+    probe: Any, start_controller: Any, kubelet: Any
 ) -> None:
-    [node] = await probe.nodes(cluster, 1, enable=True)
+    [node] = await asyncio.to_thread(kubelet.nodes, 1, True)
     await start_controller()
     st = await probe.poll(lambda: done(probe, node, "enable"), what="enable succeeded")
     assert st.job == names.job_name(node, "enable")
+    assert (st.reason, st.agent_version) == ("Enabled", "1.13.0")
+    assert st.message == "enabled by the stand-in kubelet's agent"
     await probe.poll(lambda: not probe.jobs(node), what="Job deleted")
     await probe.poll(lambda: not probe.pods(), what="its pods deleted")
-    assert len(probe.events(node, "ActionSucceeded")) == 1
+    [event] = probe.events(node, "ActionSucceeded")
+    assert event.message.endswith(": enabled by the stand-in kubelet's agent")
+
+
+async def test_a_job_complete_without_an_agent_result_is_a_failure_and_is_kept(
+    cluster: Any, probe: Any, start_controller: Any
+) -> None:
+    # A KWOK pod completes without running anything, like a pod whose image is not the agent.
+    [node] = await probe.nodes(cluster, 1, enable=True)
+    await start_controller(retry_limit=2, retry_backoff=0.5)
+    st = await probe.poll(
+        lambda: (s := done(probe, node, "enable", "failed")) and s.attempt == 2 and s,
+        what="the second Complete-without-result recorded as failed",
+    )
+    job = names.job_name(node, "enable")
+    assert st.reason == "NoAgentResult"
+    assert st.message.startswith(f"Job {job} completed but its pod reported no job-agent result")
+    assert st.message.endswith(f"kubectl -n {probe.namespace} logs job/{job}")
+    assert "retries exhausted" in st.retry
+    [kept] = probe.jobs(node)
+    assert any(c.type == "Complete" for c in kept.status.conditions), "kept for the operator"
+    assert not probe.events(node, "ActionSucceeded")
+    assert len(probe.events(node, "ActionFailed")) == 2
+
+
+async def test_the_agents_failure_reaches_annotation_and_event(
+    probe: Any, start_controller: Any, kubelet: Any
+) -> None:
+    [node] = await asyncio.to_thread(kubelet.nodes, 1, True)
+    why = "containerd config /etc/containerd/config.toml is not TOML: line 3"
+    kubelet.behaviour[node] = lambda action, n: (
+        "Failed",
+        4,
+        kubelet.agent_result(action, n, False, reason="ConfigRefused", message=why),
+    )
+    await start_controller(retry_limit=1)
+    st = await probe.poll(lambda: done(probe, node, "enable", "failed"), what="failure recorded")
+    assert (st.reason, st.message, st.agent_version) == ("ConfigRefused", why, "1.13.0")
+    [event] = await probe.poll(lambda: probe.events(node, "ActionFailed"), what="Event")
+    assert why in event.message
+    assert len(probe.jobs(node)) == 1, "the failed Job is kept"
 
 
 async def test_failure_keeps_the_job_and_retries_to_the_limit(
@@ -49,9 +93,9 @@ async def test_failure_keeps_the_job_and_retries_to_the_limit(
 
 
 async def test_label_flapped_ends_in_the_last_state_with_one_job_at_a_time(
-    cluster: Any, probe: Any, start_controller: Any, job_watcher: Any
+    probe: Any, start_controller: Any, job_watcher: Any, kubelet: Any
 ) -> None:
-    [node] = await probe.nodes(cluster, 1, enable=False)
+    [node] = await asyncio.to_thread(kubelet.nodes, 1, False)
     await start_controller()
     for value in ("true", None, "true", None, "true"):
         await asyncio.to_thread(probe.label, node, value)
@@ -63,9 +107,9 @@ async def test_label_flapped_ends_in_the_last_state_with_one_job_at_a_time(
 
 
 async def test_restart_mid_action_completes_it_once(
-    cluster: Any, probe: Any, start_controller: Any
+    probe: Any, start_controller: Any, kubelet: Any
 ) -> None:
-    [node] = await probe.nodes(cluster, 1, enable=True)
+    [node] = await asyncio.to_thread(kubelet.nodes, 1, True)
     first = await start_controller()
     await probe.poll(lambda: probe.jobs(node), what="Job created")
     await first.stop()
@@ -75,7 +119,7 @@ async def test_restart_mid_action_completes_it_once(
 
 
 async def test_two_replicas_one_leader_and_takeover(
-    cluster: Any, probe: Any, start_controller: Any
+    probe: Any, start_controller: Any, kubelet: Any
 ) -> None:
     a = await start_controller(identity="replica-a")
     await asyncio.sleep(1.0)
@@ -85,15 +129,15 @@ async def test_two_replicas_one_leader_and_takeover(
     assert b.controller.loop is None, "b waits while a leads"
     await a.stop()
     await probe.poll(lambda: b.controller.loop is not None, deadline_s=15, what="b takes over")
-    [node] = await probe.nodes(cluster, 1, enable=True)
+    [node] = await asyncio.to_thread(kubelet.nodes, 1, True)
     await probe.poll(lambda: done(probe, node, "enable"), what="b reconciles")
 
 
 async def test_a_60_character_node_name_works(
-    cluster: Any, probe: Any, start_controller: Any
+    probe: Any, start_controller: Any, kubelet: Any
 ) -> None:
     prefix = "n" * 56
-    [node] = await probe.nodes(cluster, 1, enable=True, prefix=prefix)
+    [node] = await asyncio.to_thread(kubelet.nodes, 1, True, prefix)
     assert len(node) >= 58
     await start_controller()
     st = await probe.poll(lambda: done(probe, node, "enable"), what="long name enabled")
@@ -101,9 +145,9 @@ async def test_a_60_character_node_name_works(
 
 
 async def test_many_nodes_at_once_with_bounded_jobs(
-    cluster: Any, probe: Any, start_controller: Any, job_watcher: Any
+    probe: Any, start_controller: Any, job_watcher: Any, kubelet: Any
 ) -> None:
-    nodes = await probe.nodes(cluster, 120, enable=True, prefix="many")
+    nodes = await asyncio.to_thread(kubelet.nodes, 120, True, "many")
     await start_controller(max_active_jobs=20, concurrency=10)
 
     def all_done() -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -75,13 +77,125 @@ def test_hand_edited_status_reads_as_none(text: str | None) -> None:
     assert status.parse(text) is None
 
 
-def test_agent_report_from_its_json_or_raw_output() -> None:
-    report = status.agent_report(
-        '{"reason":"RuntimeUnavailable","message":"socket absent","agent_version":"1.13.0"}', "f"
+def agent_json(
+    action: str = "enable", node: str = "gpu-1", succeeded: Any = True, **kw: Any
+) -> str:
+    """A result as the job agent writes it (result.Result.to_json: sorted keys, more fields)."""
+    data = {
+        "action": action,
+        "node": node,
+        "succeeded": succeeded,
+        "reason": "Enabled" if succeeded is True else "RuntimeUnavailable",
+        "message": "lj-runtime handler added" if succeeded is True else "socket absent",
+        "agent_version": "1.13.0",
+        "containerd_restarted": True,
+        "time": "2027-01-01T00:00:00Z",
+        **kw,
+    }
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+def judge(completed: bool, ended: status.Ended | None, detail: str = "") -> status.Outcome:
+    return status.outcome(
+        job="lj-agent-gpu-1-enable",
+        namespace="kube-system",
+        action="enable",
+        node="gpu-1",
+        completed=completed,
+        ended=ended,
+        detail=detail,
     )
-    assert report == status.AgentReport("RuntimeUnavailable", "socket absent", "1.13.0")
-    assert status.agent_report("Traceback...", "f").reason == "AgentOutput"
-    assert status.agent_report(None, "Job x failed").message == "Job x failed"
+
+
+def ended(message: str = "", reason: str = "Completed", code: int | None = 0) -> status.Ended:
+    return status.Ended("lj-agent-gpu-1-enable-x1", message, reason, code)
+
+
+def test_a_complete_job_whose_agent_reported_success_succeeded() -> None:
+    out = judge(True, ended(agent_json()))
+    assert out == status.Outcome(True, "Enabled", "lj-runtime handler added", "1.13.0")
+
+
+NO_RESULT = [
+    ("no-pod", None),
+    ("kwok-pod-no-message", ended()),
+    ("other-container-name-or-image", ended("hello from some other image")),
+    ("json-not-a-result", ended('{"ok":true}')),
+    ("succeeded-as-a-string", ended(agent_json(succeeded="true"))),
+    ("json-list", ended("[1,2]")),
+]
+
+
+@pytest.mark.parametrize(("case", "end"), NO_RESULT, ids=[c[0] for c in NO_RESULT])
+def test_a_complete_job_without_an_agent_result_is_a_failure(
+    case: str, end: status.Ended | None
+) -> None:
+    out = judge(True, end)
+    assert not out.succeeded
+    assert out.reason == "NoAgentResult"
+    assert out.message.startswith(
+        "Job lj-agent-gpu-1-enable completed but its pod reported no job-agent result"
+    )
+    assert "is the image the job agent (--job-image)?" in out.message
+    assert out.message.endswith("kubectl -n kube-system logs job/lj-agent-gpu-1-enable")
+
+
+@pytest.mark.parametrize(
+    ("action", "node"), [("disable", "gpu-1"), ("enable", "gpu-2")], ids=["action", "node"]
+)
+def test_a_result_for_another_action_or_node_is_not_trusted(action: str, node: str) -> None:
+    out = judge(True, ended(agent_json(action, node)))
+    assert (out.succeeded, out.reason) == (False, "AgentResultMismatch")
+    assert f"for {action} on node {node}" in out.message
+
+
+def test_a_failed_job_carries_the_agents_reason_and_message() -> None:
+    out = judge(False, ended(agent_json(succeeded=False), "Error", 3), "BackoffLimitExceeded")
+    assert out == status.Outcome(False, "RuntimeUnavailable", "socket absent", "1.13.0")
+
+
+def test_a_complete_job_whose_agent_reported_failure_failed() -> None:
+    assert judge(True, ended(agent_json(succeeded=False))).reason == "RuntimeUnavailable"
+
+
+def test_a_failed_job_without_a_result_shows_its_output_or_exit_code() -> None:
+    traceback = "Traceback (most recent call last):\n  ...\nOSError: boom\n"
+    assert judge(False, ended(traceback, "Error", 1)) == status.Outcome(
+        False, "AgentOutput", traceback.strip()
+    )
+    out = judge(False, ended("", "Error", 1), "DeadlineExceeded: too long")
+    assert out.reason == "NoAgentResult"
+    assert "Job lj-agent-gpu-1-enable failed (DeadlineExceeded: too long)" in out.message
+    assert "agent container Error (exit code 1)" in out.message
+    assert "no pod of it" in judge(False, None).message
+
+
+@given(text=st.one_of(st.text(max_size=300), st.binary(max_size=300).map(repr)))
+def test_only_an_agent_result_of_this_action_and_node_ever_succeeds(text: str) -> None:
+    out = judge(True, ended(text))
+    if out.succeeded:
+        result = status.agent_result(text)
+        assert result is not None
+        assert (result.action, result.node, result.succeeded) == ("enable", "gpu-1", True)
+
+
+@given(
+    data=st.dictionaries(
+        st.sampled_from(["action", "node", "succeeded", "reason", "message", "agent_version"]),
+        st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20)),
+    )
+)
+def test_arbitrary_json_never_raises_and_succeeds_only_when_it_should(data: dict[str, Any]) -> None:
+    out = judge(True, ended(json.dumps(data)))
+    mine = (data.get("action"), data.get("node")) == ("enable", "gpu-1")
+    assert out.succeeded == (mine and data.get("succeeded") is True)
+    assert len(out.message) <= 2048
+
+
+def test_a_long_agent_message_is_cut() -> None:
+    out = judge(True, ended(agent_json(message="x" * 5000)))
+    assert out.succeeded
+    assert len(out.message) == status.MAX_MESSAGE
 
 
 def test_job_manifest_has_only_the_host_access_the_agent_needs() -> None:

@@ -57,18 +57,32 @@ CASES = [
         r.Wait("Job lj-agent-n-enable (enable) running"),
     ),
     (
-        "success-recorded-first",
-        node(),
-        [job(phase="succeeded")],
-        0,
-        r.Record(job(phase="succeeded"), succeeded=True, retry=""),
-    ),
-    (
         "recorded-success-deletes-job",
         node(st=status()),
         [job(phase="succeeded")],
         0,
         r.Delete(job(phase="succeeded"), "result already recorded"),
+    ),
+    (
+        "complete-job-recorded-failed-is-kept-while-backing-off",
+        node(st=status(result="failed")),
+        [job(phase="succeeded", finished=NOW - 4)],
+        0,
+        r.Wait("retry 2 of enable backing off", 6.0),
+    ),
+    (
+        "complete-job-recorded-failed-is-retried-not-deleted",
+        node(st=status(result="failed")),
+        [job(phase="succeeded", finished=NOW - 11)],
+        0,
+        r.Create("enable", 2, replaces=job(phase="succeeded", finished=NOW - 11)),
+    ),
+    (
+        "complete-job-recorded-failed-at-the-limit-waits-for-operator",
+        node(st=status(result="failed", attempt=3)),
+        [job(phase="succeeded", attempt=3)],
+        0,
+        r.Wait("enable failed 3 times; waiting for the operator"),
     ),
     (
         "failed-job-of-old-label-deleted",
@@ -115,10 +129,18 @@ def test_decide(case: str, n: r.NodeView, jobs: list[r.JobView], active: int, wa
     assert r.decide(n, jobs, active, POLICY, NOW) == want
 
 
+@pytest.mark.parametrize("phase", ["succeeded", "failed"])
+def test_a_finished_job_is_recorded_first_with_the_retry_a_failure_would_get(phase: str) -> None:
+    # Complete is not success: the result is judged from the agent's report when recorded.
+    step = r.decide(node(), [job(phase=phase)], 0, POLICY, NOW)
+    assert isinstance(step, r.Record)
+    assert step.job == job(phase=phase)
+    assert step.retry.startswith("try 2/3 at ")
+
+
 def test_failure_not_recorded_is_recorded_with_its_retry_time() -> None:
     step = r.decide(node(), [job(phase="failed")], 0, POLICY, NOW)
     assert isinstance(step, r.Record)
-    assert not step.succeeded
     assert step.retry.startswith("try 2/3 at ")
 
 

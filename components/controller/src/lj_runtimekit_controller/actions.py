@@ -173,9 +173,18 @@ class ActionLoop:
 
     async def _record(self, name: str, step: reconcile.Record) -> None:
         job = step.job
-        message = await self.kube.termination_message(self.s.namespace, job.name)
-        result = "succeeded" if step.succeeded else "failed"
-        report = status.agent_report(message, f"Job {job.name} {result}")
+        ended = await self.kube.agent_ended(self.s.namespace, job.name, job.uid)
+        out = status.outcome(
+            job=job.name,
+            namespace=self.s.namespace,
+            action=job.action,
+            node=name,
+            completed=job.phase == "succeeded",
+            ended=ended,
+            detail=job.detail,
+        )
+        result = "succeeded" if out.succeeded else "failed"
+        retry = "" if out.succeeded else step.retry
         st = status.Status(
             action=job.action,
             result=result,
@@ -183,31 +192,32 @@ class ActionLoop:
             job=job.name,
             job_uid=job.uid,
             attempt=job.attempt,
-            agent_version=report.agent_version,
-            reason=report.reason,
-            message=report.message,
-            retry=step.retry,
+            agent_version=out.agent_version,
+            reason=out.reason,
+            message=out.message,
+            retry=retry,
         )
         node = await self.kube.annotate_node(name, {names.STATUS_ANNOTATION: st.to_json()})
         self._store(self.nodes, node)
-        reason = "ActionSucceeded" if step.succeeded else "ActionFailed"
-        text = f"{job.action} {result} (Job {job.name}, try {job.attempt}): {report.message}"
-        if step.retry:
-            text += f"; {step.retry}"
-        await self.kube.node_event(node, reason, "Normal" if step.succeeded else "Warning", text)
+        reason = "ActionSucceeded" if out.succeeded else "ActionFailed"
+        text = f"{job.action} {result} (Job {job.name}, try {job.attempt}): {out.message}"
+        if retry:
+            text += f"; {retry}"
+        await self.kube.node_event(node, reason, "Normal" if out.succeeded else "Warning", text)
         self.metrics.actions.labels(job.action, result).inc()
         if job.finished:
             self.metrics.duration.labels(job.action).observe(max(job.finished - job.created, 0))
-        (log.info if step.succeeded else log.warning)(
+        (log.info if out.succeeded else log.warning)(
             "action_" + result,
             node=name,
             action=job.action,
             job=job.name,
             attempt=job.attempt,
-            reason=report.reason,
-            message=report.message,
+            job_condition=job.phase,
+            reason=out.reason,
+            message=out.message,
         )
-        if step.succeeded:
+        if out.succeeded:
             await self.kube.delete_job(self.s.namespace, job.name)
             self.jobs.pop(job.name, None)
 

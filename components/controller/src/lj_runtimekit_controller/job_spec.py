@@ -41,7 +41,7 @@ def manifest(t: JobTemplate, node: str, action: str, attempt: int) -> dict[str, 
         },
     ]
     container = {
-        "name": "agent",
+        "name": names.AGENT_CONTAINER,
         "image": t.image,
         "imagePullPolicy": "IfNotPresent",
         "args": [action, f"--node-name={node}", f"--socket-dir={t.socket_dir}", *t.agent_args],

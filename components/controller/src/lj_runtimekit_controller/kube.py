@@ -20,6 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from . import names
 from .errors import PermanentError, TemporaryError
 from .reconcile import JobView
+from .status import Ended
 
 Obj = dict[str, Any]
 
@@ -82,11 +83,12 @@ def job_view(job: Obj) -> JobView | None:
     if action not in names.ACTIONS or names.NODE_KEY not in ann:
         return None
     status = job.get("status") or {}
-    phase, finished = "running", None
+    phase, finished, detail = "running", None, ""
     for cond in status.get("conditions") or []:
         if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
             phase = "succeeded" if cond["type"] == "Complete" else "failed"
             finished = _epoch(cond.get("lastTransitionTime"))
+            detail = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k))
     try:
         attempt = int(ann.get(names.ATTEMPT_KEY, "1"))
     except ValueError:
@@ -99,6 +101,7 @@ def job_view(job: Obj) -> JobView | None:
         phase=phase,
         created=_epoch(meta.get("creationTimestamp")) or time.time(),
         finished=finished,
+        detail=detail[:300],
     )
 
 
@@ -251,19 +254,29 @@ class Kube:
         }
         await self._call("create_event", self.core.create_namespaced_event, ns, body)
 
-    async def termination_message(self, namespace: str, job: str) -> str | None:
-        """The agent container's termination message from the Job's newest pod, if any."""
+    async def agent_ended(self, namespace: str, job: str, job_uid: str) -> Ended | None:
+        """How the agent container of Job ``job``'s newest finished pod ended, if any pod of that
+        very Job (by uid: not a namesake's leftover) has one terminated."""
         pods = await self._call(
             "list_pods", self.core.list_namespaced_pod, namespace, label_selector=f"job-name={job}"
         )
-        items = sorted(pods.get("items") or [], key=lambda p: p["metadata"]["creationTimestamp"])
+        items = [
+            p
+            for p in pods.get("items") or []
+            if any(o.get("uid") == job_uid for o in p["metadata"].get("ownerReferences") or [])
+        ]
+        items.sort(key=lambda p: p["metadata"].get("creationTimestamp") or "")
         for pod in reversed(items):
             for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-                term = (cs.get("state") or {}).get("terminated") or {}
-                if term.get("message"):
-                    return str(term["message"])
-                if term.get("reason"):
-                    return f"{term['reason']} (exit code {term.get('exitCode')})"
+                term = (cs.get("state") or {}).get("terminated")
+                if cs.get("name") == names.AGENT_CONTAINER and term:
+                    code = term.get("exitCode")
+                    return Ended(
+                        pod=pod["metadata"]["name"],
+                        message=str(term.get("message") or ""),
+                        reason=str(term.get("reason") or ""),
+                        exit_code=code if isinstance(code, int) else None,
+                    )
         return None
 
     async def get_lease(self, namespace: str, name: str) -> Obj | None:

@@ -15,6 +15,8 @@ ATTEMPT_KEY: Final = f"{PREFIX}/attempt"
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": PREFIX, "app": "lj-runtimekit-job-agent"}
 MANAGED_SELECTOR: Final = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 ACTIONS: Final = ("enable", "disable")
+AGENT_CONTAINER: Final = "agent"
+"""The agent Job's one container; only its termination message counts as the agent's result."""
 MAX_NAME: Final = 63
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 

@@ -25,6 +25,8 @@ class JobView:
     created: float
     """Creation time, seconds since the epoch."""
     finished: float | None = None
+    detail: str = ""
+    """The reason and message of the Job's Complete or Failed condition."""
 
 
 @dataclass(frozen=True)
@@ -72,11 +74,13 @@ class Create:
 
 @dataclass(frozen=True)
 class Record:
-    """Write the result of a finished Job on the node (annotation, Event); delete it on success."""
+    """Judge a finished Job by its agent's result and write that on the node (annotation, Event);
+    delete the Job on success. A Job's Complete condition is not a success by itself: see
+    :func:`status.outcome`."""
 
     job: JobView
-    succeeded: bool
     retry: str
+    """What the annotation says about the next try, should the result be a failure."""
 
 
 @dataclass(frozen=True)
@@ -120,13 +124,12 @@ def _create(
 
 
 def _finished(node: NodeView, job: JobView, active: int, policy: Policy, now: float) -> Step | None:
-    recorded = node.status is not None and node.status.job_uid == job.uid
-    if job.phase == "succeeded":
-        if recorded:
-            return Delete(job, "result already recorded")
-        return Record(job, succeeded=True, retry="")
-    if not recorded:
-        return Record(job, succeeded=False, retry=_retry_text(job, policy, now))
+    if node.status is None or node.status.job_uid != job.uid:
+        return Record(job, retry=_retry_text(job, policy, now))
+    if node.status.result == "succeeded":
+        return Delete(job, "result already recorded")
+    # Recorded as failed: a failed Job, or a Complete one without an agent result; kept for the
+    # operator to read until a retry replaces it.
     if job.action != node.desired:
         return Delete(job, f"label now asks for {node.desired}")
     if node.retry_requested:
@@ -144,9 +147,9 @@ def decide(node: NodeView, jobs: list[JobView], active: int, policy: Policy, now
 
     Guarantees: never a Create while one of the node's Jobs runs (one agent per node at a time);
     a finished Job's result is recorded once (by Job uid) before anything else happens with it;
-    a successful Job is deleted after its result is recorded, a failed one only to retry or when
-    the label moved on; without Jobs, the recorded result decides whether the label's state is
-    reached.
+    a Job recorded as succeeded is deleted, one recorded as failed (whatever its condition) only
+    to retry or when the label moved on; without Jobs, the recorded result decides whether the
+    label's state is reached.
     """
     running = [j for j in jobs if j.phase == "running"]
     if running:

@@ -1,7 +1,10 @@
-"""The node annotation ``lj-runtimekit-controller/last-action-status``: read and written. Pure.
+"""The node annotation ``lj-runtimekit-controller/last-action-status``, read and written, and
+the outcome it records, judged from the job agent's result. Pure.
 
-A JSON object; anything else (hand-edited, truncated) reads as no status and is overwritten at
-the next result, never trusted.
+The annotation is a JSON object; anything else (hand-edited, truncated) reads as no status and is
+overwritten at the next result, never trusted. Likewise the only proof that an action succeeded
+is the job agent's own result (JSON in its container's termination message), never the Job's
+Complete condition alone.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 RESULTS = ("succeeded", "failed")
+MAX_MESSAGE = 1024
+"""Characters of the agent's message kept in the annotation and Event."""
 
 
 @dataclass(frozen=True)
@@ -81,26 +86,115 @@ def parse(text: str | None) -> Status | None:
 
 
 @dataclass(frozen=True)
-class AgentReport:
-    """What the agent's termination message says (JSON written by the job agent)."""
+class Ended:
+    """How the agent container of a Job's pod ended, as the kubelet reported it."""
 
+    pod: str
+    message: str
+    """The termination message; empty when the container left none."""
+    reason: str = ""
+    """The kubelet's word for the end: ``Completed``, ``Error``, ``OOMKilled``…"""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """The fields of the job agent's result (JSON in its termination message) the controller
+    trusts; the agent writes more."""
+
+    action: str
+    node: str
+    succeeded: bool
     reason: str
     message: str
     agent_version: str
 
 
-def agent_report(message: str | None, fallback: str) -> AgentReport:
-    """The agent's report from its termination message; raw text or ``fallback`` otherwise."""
-    if not message:
-        return AgentReport("NoTerminationMessage", fallback, "")
+@dataclass(frozen=True)
+class Outcome:
+    """What the controller records for a finished Job."""
+
+    succeeded: bool
+    reason: str
+    message: str
+    agent_version: str = ""
+
+
+def agent_result(text: str | None) -> AgentResult | None:
+    """The job agent's result in ``text``, or None when ``text`` is not one (empty, raw output,
+    JSON without ``action``, ``node`` and a boolean ``succeeded``)."""
+    if not text:
+        return None
     try:
-        data: Any = json.loads(message)
+        data: Any = json.loads(text)
     except ValueError:
-        return AgentReport("AgentOutput", message.strip()[-1024:], "")
+        return None
     if not isinstance(data, dict):
-        return AgentReport("AgentOutput", message.strip()[-1024:], "")
-    return AgentReport(
+        return None
+    action, node, succeeded = data.get("action"), data.get("node"), data.get("succeeded")
+    if not isinstance(action, str) or not isinstance(node, str) or not isinstance(succeeded, bool):
+        return None
+    return AgentResult(
+        action=action,
+        node=node,
+        succeeded=succeeded,
         reason=str(data.get("reason", "")),
-        message=str(data.get("message", ""))[:1024],
+        message=str(data.get("message", ""))[:MAX_MESSAGE],
         agent_version=str(data.get("agent_version", "")),
     )
+
+
+def _how_it_ended(ended: Ended | None) -> str:
+    if ended is None:
+        return "no pod of it with a terminated agent container was found"
+    text = f"pod {ended.pod}: agent container {ended.reason or 'terminated'}"
+    if ended.exit_code is not None:
+        text += f" (exit code {ended.exit_code})"
+    return text + (", no termination message" if not ended.message else "")
+
+
+def outcome(
+    *,
+    job: str,
+    namespace: str,
+    action: str,
+    node: str,
+    completed: bool,
+    ended: Ended | None,
+    detail: str = "",
+) -> Outcome:
+    """The result to record for the finished Job ``job`` of ``action`` on ``node``.
+
+    Guarantees: succeeded only when the Job completed *and* its pod's agent container reported a
+    job-agent result for the same action and node saying it succeeded. A Job's Complete condition
+    alone proves nothing (a pod that never ran the agent completes too); a failed result carries
+    the agent's own reason and message when it left them, else says what is known and where to look.
+    """
+    logs = f"kubectl -n {namespace} logs job/{job}"
+    result = agent_result(ended.message if ended else None)
+    if result is not None and (result.action, result.node) != (action, node):
+        return Outcome(
+            False,
+            "AgentResultMismatch",
+            f"Job {job} is for {action} on node {node} but its pod reported a job-agent result "
+            f"for {result.action} on node {result.node}; not trusted: {logs}",
+            result.agent_version,
+        )
+    if result is not None:
+        if result.succeeded and not completed:
+            message = f"Job {job} failed ({detail or 'no reason given'}) though the agent said: "
+            return Outcome(False, "JobFailed", message + result.message, result.agent_version)
+        reason = result.reason or ("Succeeded" if result.succeeded else "AgentFailed")
+        return Outcome(result.succeeded, reason, result.message, result.agent_version)
+    if completed:
+        return Outcome(
+            False,
+            "NoAgentResult",
+            f"Job {job} completed but its pod reported no job-agent result "
+            f"({_how_it_ended(ended)}): is the image the job agent (--job-image)? {logs}",
+        )
+    if ended is not None and ended.message:
+        # FallbackToLogsOnError: the tail of the agent's output, e.g. a traceback.
+        return Outcome(False, "AgentOutput", ended.message.strip()[-MAX_MESSAGE:])
+    failed = f"Job {job} failed" + (f" ({detail})" if detail else "")
+    return Outcome(False, "NoAgentResult", f"{failed}; {_how_it_ended(ended)}: {logs}")
