@@ -1,22 +1,30 @@
-"""Controller benchmark: N KWOK nodes labelled at once → time until every action succeeded.
+"""Controller benchmark: N nodes labelled at once → time until every action succeeded.
 
 ``python components/controller/bench/run.py --out build/bench [--nodes 1000]`` starts a local
 control plane (the harness), creates the nodes with ``lj_runtimekit_enable=true``, runs the
 controller in-process with its default limits and records: seconds until every node's status
 says enable/succeeded, nodes per second, peak concurrent agent Jobs (from a Job watch) and
 apiserver requests per action (from the controller's own counter).
+
+The nodes are not KWOK's: a KWOK pod completes without an agent result, which the controller
+rightly records as a failure. A stand-in kubelet here ends each agent pod with the agent's result
+in its termination message, as a real kubelet reports it (the same as the tests' conftest).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
 from lj_runtimekit_controller import names, status
 from lj_runtimekit_controller.app import Controller
@@ -57,6 +65,67 @@ class Peak:
                 self.peak = max(self.peak, len(self.live))
 
 
+class StandInKubelet:
+    """Ends every agent pod bound to one of ``nodes`` at once, Succeeded, with the job agent's
+    result (its fields as the agent writes them) in the agent container's termination message."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, nodes: set[str]) -> None:
+        self.api, self.namespace, self.nodes = api, namespace, nodes
+        self.done: set[str] = set()
+        self.stop = threading.Event()
+
+    def _end(self, core: client.CoreV1Api, pod: Any) -> None:
+        node, uid = pod.spec.node_name or "", pod.metadata.uid
+        if node not in self.nodes or uid in self.done or pod.metadata.deletion_timestamp:
+            return
+        if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
+            return
+        action = (pod.spec.containers[0].args or ["enable"])[0]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        result = {"action": action, "node": node, "succeeded": True, "reason": "Enabled"}
+        result |= {"message": "bench", "agent_version": "1.13.0", "time": now}
+        terminated = {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
+        terminated["message"] = json.dumps(result, sort_keys=True)
+        statuses = [
+            {"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0}
+            | {"state": {"terminated": terminated}}
+            for c in pod.spec.containers
+        ]
+        body = {"status": {"phase": "Succeeded", "startTime": now, "containerStatuses": statuses}}
+        with contextlib.suppress(ApiException):
+            core.patch_namespaced_pod_status(pod.metadata.name, self.namespace, body)
+        self.done.add(uid)
+
+    def run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        while not self.stop.is_set():
+            listing = core.list_namespaced_pod(self.namespace)
+            for pod in listing.items:
+                self._end(core, pod)
+            rv = listing.metadata.resource_version if listing.metadata else None
+            w = watch.Watch()  # type: ignore[no-untyped-call]
+            with contextlib.suppress(ApiException):
+                while not self.stop.is_set():
+                    for ev in w.stream(  # type: ignore[no-untyped-call]
+                        core.list_namespaced_pod,
+                        self.namespace,
+                        resource_version=rv,
+                        timeout_seconds=2,
+                    ):
+                        if ev["type"] in ("ADDED", "MODIFIED"):
+                            self._end(core, ev["object"])
+                        rv = ev["object"].metadata.resource_version
+
+
+def create_nodes(core: client.CoreV1Api, n: int, labels: dict[str, str]) -> set[str]:
+    """``n`` nodes no KWOK manages (no ``kwok.x-k8s.io/node`` annotation), labelled to enable."""
+    names_ = {f"bench-{labels['lj-bench/run']}-{i}" for i in range(n)}
+    for name in names_:
+        meta = client.V1ObjectMeta(name=name, labels={**labels, "lj_runtimekit_enable": "true"})
+        core.create_node(client.V1Node(metadata=meta))
+    return names_
+
+
 def all_enabled(core: client.CoreV1Api, selector: str, n: int) -> bool:
     items = core.list_node(label_selector=selector).items
     ok = 0
@@ -70,9 +139,11 @@ def all_enabled(core: client.CoreV1Api, selector: str, n: int) -> bool:
 async def measure(cluster: Cluster, n: int) -> list[Figure]:
     label = f"lj-bench/run={int(time.time())}"
     key, value = label.split("=")
-    await asyncio.to_thread(cluster.create_gpu_nodes, n, "bench", 8, {key: value}, enable=True)
     api = cluster.api_client()
     core = client.CoreV1Api(api)
+    nodes = await asyncio.to_thread(create_nodes, core, n, {key: value})
+    kubelet = StandInKubelet(cluster.api_client(), "kube-system", nodes)
+    threading.Thread(target=kubelet.run, daemon=True).start()
     peak = Peak(api, "kube-system")
     thread = threading.Thread(target=peak.run, daemon=True)
     thread.start()
@@ -104,6 +175,7 @@ async def measure(cluster: Cluster, n: int) -> list[Figure]:
     controller.stop.set()
     await task
     peak.stop.set()
+    kubelet.stop.set()
     thread.join(10)
     api.close()  # type: ignore[no-untyped-call]
     return [
