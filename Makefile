@@ -62,7 +62,7 @@ isolation: $(UV) ## each component's tests in a venv that holds only that compon
 	@for c in $(COMPONENTS); do \
 	  echo "== isolated: $$c"; \
 	  UV_PROJECT_ENVIRONMENT=$(abspath $(BUILD))/venv-$$c $(UV) sync --locked --package lj-runtimekit-$$c --quiet; \
-	  PYTHONPATH=$(abspath proto/src) $(BUILD)/venv-$$c/bin/python -m pytest -q -p no:cacheprovider components/$$c/tests -m "not cluster and not prometheus and not containerd"; \
+	  PYTHONPATH=$(abspath proto/src) $(BUILD)/venv-$$c/bin/python -m pytest -q -p no:cacheprovider components/$$c/tests -m "not cluster and not prometheus and not containerd and not realnode and not images"; \
 	done
 
 .PHONY: test

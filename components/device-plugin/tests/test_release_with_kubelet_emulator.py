@@ -277,6 +277,9 @@ async def test_many_pods_through_the_same_devices_with_restarts_at_random(
         roll = rng.random()
         if roll < 0.08:
             await daemon.halt()
+            # the kubelet notices the plugin gone (its stream ends) before the new one registers;
+            # otherwise the old endpoint still reads as registered
+            await _until(lambda: not n.kubelet.endpoints[resource].connected, what="plugin gone")
             await daemon.start()
             await _registered(n, resource)
         elif roll < 0.16:

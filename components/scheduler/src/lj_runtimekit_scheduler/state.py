@@ -29,9 +29,11 @@ class Pending:
 
 def pending(pod: Pod, choice: Choice | None) -> Pending | None:
     """``pod`` as a pending allocation, or None: it has a decision, no mark of the device plugin
-    yet, is not being deleted and has not started (the kubelet allocates every container's
-    devices at admission, before any container runs)."""
-    if choice is None or pod.deleting or pod.phase == "Running" or assignment.confirmed(pod):
+    yet, is not being deleted and has not ended. A Running pod without the mark still counts:
+    the device plugin counts it among its candidates too (it cannot tell a pod whose mark failed
+    to be written from one not yet admitted), and the two sides must agree."""
+    ended = pod.phase in ("Succeeded", "Failed")
+    if choice is None or pod.deleting or ended or assignment.confirmed(pod):
         return None
     units = frozenset(u for d in pod.devices for u in d.units)
     return Pending(pod.key, gang_of(pod), units) if units else None
