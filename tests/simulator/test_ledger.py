@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lj_runtimekit_testkit.simulator import load_inventory
 from lj_runtimekit_testkit.simulator.ledger import Ledger, PodRef, Request, RuntimeRefusal
+from lj_runtimekit_testkit.simulator.node import NodeState
 
 INVENTORY = load_inventory("mig-tdm")
 DEVICES = {d.id: d for d in INVENTORY.devices}
@@ -59,3 +62,19 @@ def test_no_unit_is_ever_overcommitted(
             assert sum(a.core_percent for a in holders) <= 100
             assert sum(a.memory_bytes for a in holders) <= _memory(unit)
         assert all("gpu-0" not in a.device_ids for a in ledger.allocations.values())
+
+
+def test_allocations_and_ids_outlive_the_runtime_process(tmp_path: Path) -> None:
+    """A Runtime restart (an upgrade window, guide §7.2) frees nothing and reuses no id: seen on a
+    real node, where a restarted simulator had lost every running pod's allocation."""
+    state = tmp_path / "state" / "state.json"
+    before = NodeState(load_inventory("gpu-8x-nvlink"), "n", state)
+    whole = before.allocate(Request(PodRef("ns", "a", "ua"), "c", "aliyun.com/gpu", ("gpu-0",)))
+    share = before.allocate(
+        Request(PodRef("ns", "b", "ub"), "c", "aliyun.com/gpu-core", ("gpu-1",), 30, 8 << 30)
+    )
+    before.release(whole.id, "")
+    after = NodeState(load_inventory("gpu-8x-nvlink"), "n", state)
+    assert after.ledger.allocations == {share.id: share}
+    again = after.allocate(Request(PodRef("ns", "c", "uc"), "c", "aliyun.com/gpu", ("gpu-0",)))
+    assert again.id not in (whole.id, share.id)

@@ -168,3 +168,38 @@ def test_stale_whole_are_the_same_resource_holders_of_the_handed_out_devices() -
     ]
     assert [a.id for a in stale_whole(allocs, GPU, ["gpu-1", "gpu-5"])] == ["a1"]
     assert stale_whole(allocs, GPU, ["gpu-7"]) == []
+
+
+def test_a_kubelet_that_just_restarted_answering_empty_lists_releases_nothing() -> None:
+    """Seen on a real kubelet: right after its restart /pods and pod-resources answer nothing for
+    a moment, and the plugins' re-registrations wake passes back to back. An allocation held for
+    long before is released only once it has been unheld for the grace period."""
+    a = _alloc("a1", "p", ("gpu-0",))
+    held = decide(
+        [a],
+        [_held("p", ("gpu-0",))],
+        None,
+        now=0.0,
+        grace_s=5.0,
+        memory=Memory(),
+        shared_resources=SHARED,
+    )
+    memory = held.memory
+    for now in (100.0, 100.03, 104.9):  # the restart: empty answers, passes 30 ms apart
+        d = decide([a], [], [], now=now, grace_s=5.0, memory=memory, shared_resources=SHARED)
+        assert d.release == (), now
+        memory = d.memory
+    back = decide(
+        [a],
+        [_held("p", ("gpu-0",))],
+        None,
+        now=106.0,
+        grace_s=5.0,
+        memory=memory,
+        shared_resources=SHARED,
+    )
+    assert back.release == ()
+    assert back.memory.unheld == frozenset()
+    gone = decide([a], [], [], now=107.0, grace_s=5.0, memory=back.memory, shared_resources=SHARED)
+    later = decide([a], [], [], now=112.5, grace_s=5.0, memory=gone.memory, shared_resources=SHARED)
+    assert [v.allocation.id for v in later.release] == ["a1"]

@@ -61,7 +61,8 @@ class Memory:
     """What one pass leaves for the next."""
 
     first_seen: Mapping[str, float] = field(default_factory=dict)
-    """Allocation id → when a pass first saw it (the Runtime records no creation time)."""
+    """Allocation id → when a pass first found it unheld, in the run of passes that have found
+    it unheld since (a pass that finds it held forgets it)."""
     unheld: frozenset[str] = frozenset()
     """Allocations the last trusted pass found unheld."""
 
@@ -153,7 +154,11 @@ def decide(
     """One trusted pass: ``allocations`` (ours only) against what the kubelet says is held."""
     held, listed = _held_ids(holdings)
     by_name = {(p.namespace, p.name): p for p in pods} if pods is not None else None
-    first_seen = {a.id: memory.first_seen.get(a.id, now) for a in allocations}
+    # The grace period runs from the first pass that found an allocation unheld, not from when
+    # it was first seen: a kubelet that has just restarted answers empty lists for a moment, and
+    # passes woken back to back by its plugins' registrations must not release what its pods
+    # still hold (seen on a real kubelet).
+    first_seen: dict[str, float] = {}
     release: list[Verdict] = []
     waiting: list[Verdict] = []
     reown = []
@@ -167,7 +172,9 @@ def decide(
                 reown.append((a, (pod.namespace, pod.name, pod.uid), holder[2]))
             continue
         unheld.add(a.id)
-        if a.id in memory.unheld and now - first_seen[a.id] >= grace_s:
+        since = memory.first_seen.get(a.id, now) if a.id in memory.unheld else now
+        first_seen[a.id] = since
+        if a.id in memory.unheld and now - since >= grace_s:
             release.append(Verdict(a, reason))
         else:
             waiting.append(Verdict(a, reason))

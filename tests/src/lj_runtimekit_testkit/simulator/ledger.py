@@ -5,9 +5,9 @@ No I/O here; the servicers turn a ``RuntimeRefusal`` into its gRPC status at the
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from lj_runtimekit_testkit.simulator.inventory import Device, Inventory, Kind, Partition
 
@@ -91,7 +91,8 @@ class Ledger:
     inventory: Inventory
     node: str
     allocations: dict[str, Allocation] = field(default_factory=dict)
-    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    issued: int = 0
+    """Allocation ids given out so far (ids are never reused, also across restarts)."""
 
     def allocate(self, req: Request, devices: dict[str, Device]) -> Allocation:
         self._check_request(req)
@@ -105,7 +106,8 @@ class Ledger:
         targets = [self._target(dev_id, devices, kind) for dev_id in req.device_ids]
         for target in targets:
             self._check_capacity(target, req, shared)
-        alloc_id = f"alloc-{next(self._ids):06d}"
+        self.issued += 1
+        alloc_id = f"alloc-{self.issued:06d}"
         alloc = Allocation(
             alloc_id,
             req.pod,
@@ -118,6 +120,53 @@ class Ledger:
         )
         self.allocations[alloc_id] = alloc
         return alloc
+
+    def to_json(self) -> dict[str, Any]:
+        """The allocations and the id counter, for the Runtime's state file."""
+        return {
+            "issued": self.issued,
+            "allocations": [
+                {
+                    "id": a.id,
+                    "pod": [a.pod.namespace, a.pod.name, a.pod.uid],
+                    "container": a.container,
+                    "resource_name": a.resource_name,
+                    "device_ids": list(a.device_ids),
+                    "core_percent": a.core_percent,
+                    "memory_bytes": a.memory_bytes,
+                    "injection": {
+                        "envs": a.injection.envs,
+                        "annotations": a.injection.annotations,
+                        "device_nodes": [list(d) for d in a.injection.device_nodes],
+                        "mounts": [list(m) for m in a.injection.mounts],
+                    },
+                }
+                for a in self.allocations.values()
+            ],
+        }
+
+    def load_json(self, doc: dict[str, Any]) -> None:
+        """Restore what :meth:`to_json` wrote (KeyError/TypeError/ValueError when malformed)."""
+        restored: dict[str, Allocation] = {}
+        for item in doc["allocations"]:
+            inj = item["injection"]
+            restored[str(item["id"])] = Allocation(
+                str(item["id"]),
+                PodRef(*(str(x) for x in item["pod"])),
+                str(item["container"]),
+                str(item["resource_name"]),
+                tuple(str(d) for d in item["device_ids"]),
+                int(item["core_percent"]),
+                int(item["memory_bytes"]),
+                Injection(
+                    {str(k): str(v) for k, v in inj["envs"].items()},
+                    {str(k): str(v) for k, v in inj["annotations"].items()},
+                    tuple((str(a), str(b), str(c)) for a, b, c in inj["device_nodes"]),
+                    tuple((str(a), str(b), bool(c)) for a, b, c in inj["mounts"]),
+                ),
+            )
+        self.allocations = restored
+        self.issued = int(doc["issued"])
 
     def release(self, allocation_id: str, pod_uid: str) -> int:
         """Free one allocation, or all of a pod's; unknown ones are not an error."""

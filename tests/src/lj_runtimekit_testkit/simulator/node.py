@@ -27,6 +27,7 @@ from lj_runtimekit_testkit.simulator.ledger import (
     Ledger,
     PodRef,
     Refusal,
+    Request,
     RuntimeRefusal,
 )
 
@@ -169,6 +170,17 @@ class NodeState:
             self._save_state()
         return new
 
+    def allocate(self, req: Request) -> Allocation:
+        alloc = self.ledger.allocate(req, self.devices)
+        self._save_state()
+        return alloc
+
+    def release(self, allocation_id: str, pod_uid: str) -> int:
+        released = self.ledger.release(allocation_id, pod_uid)
+        if released:
+            self._save_state()
+        return released
+
     def reown(self, allocation_id: str, pod: PodRef, container: str) -> Allocation:
         """Record the real owner of an allocation; devices and injection stay as they are."""
         if not (pod.namespace and pod.name and pod.uid and container):
@@ -180,6 +192,7 @@ class NodeState:
             raise RuntimeRefusal(Refusal.NOT_FOUND, f"unknown allocation {allocation_id!r}")
         new = replace(old, pod=pod, container=container)
         self.ledger.allocations[allocation_id] = new
+        self._save_state()
         log.info(
             "allocation_reowned",
             node=self.node,
@@ -196,6 +209,8 @@ class NodeState:
         doc = {
             "version": "v1",
             "features": self.features,
+            # A Runtime's allocations outlive its process (guide §7.2: an upgrade frees nothing).
+            "ledger": self.ledger.to_json(),
             "partitioning": {
                 d.id: {
                     "mode": d.mode.value,
@@ -222,6 +237,8 @@ class NodeState:
             for name, on in doc["features"].items():
                 if name in self.features:
                     self.features[name] = bool(on)
+            if "ledger" in doc:
+                self.ledger.load_json(doc["ledger"])
             for dev_id, spec in doc["partitioning"].items():
                 dev = self.devices.get(dev_id)
                 if dev is not None:

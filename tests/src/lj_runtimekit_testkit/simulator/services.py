@@ -142,7 +142,7 @@ class DeviceService(dgrpc.DeviceServiceServicer):
     async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
         await self.faults.enter("DeviceService.Allocate", context)
         try:
-            alloc = self.node.ledger.allocate(request_from_pb(request), self.node.devices)
+            alloc = self.node.allocate(request_from_pb(request))
         except RuntimeRefusal as e:
             await _refused(context, e)
         return pb.AllocateResponse(allocation=allocation_pb(alloc))
@@ -155,7 +155,7 @@ class DeviceService(dgrpc.DeviceServiceServicer):
                 "release: give allocation_id, or pod.uid to free a whole pod",
             )
         return pb.ReleaseResponse(
-            released=self.node.ledger.release(request.allocation_id, request.pod.uid)
+            released=self.node.release(request.allocation_id, request.pod.uid)
         )
 
     async def ListAllocations(
