@@ -387,29 +387,12 @@ def test_the_helm_chart_installs_runs_and_uninstalls_on_the_real_nodes(
     """The chart instead of deploy-all.sh: the same suite Running on the same nodes, the nodes
     enabled by the agent again; switched off before ``helm uninstall``."""
     op = deployed.operator
-    helm = str(tool_dir() / "helm")
     for node in deployed.named.values():
         op.label(node.name, True)
-    install = subprocess.run(
-        [
-            helm,
-            "install",
-            "lj-runtimekit",
-            str(CHART),
-            "--namespace",
-            NS,
-            "--set",
-            f"registry={op.registry}",
-            "--wait",
-            "--timeout",
-            "4m",
-        ],
-        env=op.env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    install = helm(
+        op, "install", "lj-runtimekit", str(CHART), "--namespace", NS,
+        "--set", f"registry={op.registry}", "--wait", "--timeout", "4m",
+    )  # fmt: skip
     assert install.returncode == 0, install.stdout + install.stderr
     assert all_running(op.suite_pods())
     for node in deployed.named.values():
@@ -427,16 +410,20 @@ def test_the_helm_chart_installs_runs_and_uninstalls_on_the_real_nodes(
             240,
         )
         assert handler_loaded(node) == ""
-    uninstall = subprocess.run(
-        [helm, "uninstall", "lj-runtimekit", "--namespace", NS, "--wait"],
+    uninstall = helm(op, "uninstall", "lj-runtimekit", "--namespace", NS, "--wait")
+    assert uninstall.returncode == 0, uninstall.stdout + uninstall.stderr
+    wait_for("the chart's pods gone", lambda: not op.suite_pods(), 120)
+
+
+def helm(op: Operator, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(tool_dir() / "helm"), *args],
         env=op.env(),
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
-    assert uninstall.returncode == 0, uninstall.stdout + uninstall.stderr
-    wait_for("the chart's pods gone", lambda: not op.suite_pods(), 120)
 
 
 def recorded_result(op: Operator, node: str, action: str, result: str) -> dict[str, Any] | None:
