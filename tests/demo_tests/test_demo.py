@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.realnode, pytest.mark.images]
+pytestmark = [pytest.mark.realnode, pytest.mark.images, pytest.mark.timeout(900)]
 
 
 @pytest.fixture
