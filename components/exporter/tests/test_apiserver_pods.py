@@ -61,7 +61,13 @@ async def test_apiserver_pods_attribute_live_pods_and_drop_deleted_ones_at_the_n
         node_name=node,
     )
     up = "lj_runtimekit_exporter_pods_source_up"
-    await exp.wait_for(lambda s: s.get(up) == [({"node": node, "source": "apiserver"}, 1.0)])
+    # No pod-resources socket here: that source reads 0 and the apiserver is the fallback in use.
+    await exp.wait_for(
+        lambda s: (
+            ({"node": node, "source": "apiserver"}, 1.0) in s.get(up, [])
+            and ({"node": node, "source": "pod-resources"}, 0.0) in s.get(up, [])
+        )
+    )
     got = await exp.wait_for(lambda s: "train" in pods_of(s), deadline_s=30.0)
     assert pods_of(got) == {"train"}, "a pod the apiserver does not know has no series"
 
