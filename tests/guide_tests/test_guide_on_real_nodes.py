@@ -17,8 +17,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from lj_runtimekit_interface.podresources.v1 import api_pb2 as pr
+from lj_runtimekit_interface.podresources.v1 import api_pb2_grpc as pr_grpc
 from lj_runtimekit_testkit.manifests import CHART, DEPLOY, tool_dir
 from lj_runtimekit_testkit.node import RealNode
 from lj_runtimekit_testkit.suite import (
@@ -214,6 +217,37 @@ def test_a_whole_gpu_workload_gets_the_runtime_injection(deployed: RealCluster) 
     held = [a for a in allocations(gpu) if a["pod"] == f"{WORK_NS}/whole-2"]
     assert held, allocations(gpu)
     assert sum(len(a["devices"]) for a in held) == 2, allocations(gpu)
+
+
+async def test_the_real_kubelets_pod_resources_answer_as_the_emulator_does(
+    deployed: RealCluster,
+) -> None:
+    """What the kubelet emulator's pod-resources claims to copy (tests/kubelet_tests), checked on
+    the real kubelet: List names the pod's container with its device ids per resource; Get of an
+    unknown pod is a plain UNKNOWN with the kubelet's message; Allocatable lists the devices."""
+    gpu = deployed.named["gpu"]
+    socket = gpu.live_path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        stub = pr_grpc.PodResourcesListerStub(channel)
+        listed = await stub.List(pr.ListPodResourcesRequest(), timeout=10)
+        (pod,) = [p for p in listed.pod_resources if (p.namespace, p.name) == (WORK_NS, "whole-2")]
+        (container,) = pod.containers
+        assert container.name == "main"
+        # one ContainerDevices per device (each with its NUMA node), as the emulator serves it
+        entries = [d for d in container.devices if d.resource_name == "aliyun.com/gpu"]
+        assert [len(d.device_ids) for d in entries] == [1, 1]
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await stub.Get(pr.GetPodResourcesRequest(pod_name="nope", pod_namespace="ns"))
+        assert e.value.code() == grpc.StatusCode.UNKNOWN
+        assert e.value.details() == "pod nope in namespace ns not found"
+        allocatable = await stub.GetAllocatableResources(pr.AllocatableResourcesRequest())
+        gpus = {
+            i
+            for d in allocatable.devices
+            if d.resource_name == "aliyun.com/gpu"
+            for i in d.device_ids
+        }
+        assert len(gpus) == 8
 
 
 def test_a_shared_gpu_workload_gets_its_decision(deployed: RealCluster) -> None:
