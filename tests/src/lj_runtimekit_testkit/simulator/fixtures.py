@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -23,11 +24,15 @@ def _short_dir() -> Path:
 async def runtime_sim_factory() -> AsyncIterator[SimulatorFactory]:
     """``await runtime_sim_factory(inventory="mig-tdm", socket_dir=None, **kwargs)``: started."""
     started: list[Simulator] = []
+    made: list[Path] = []
 
     async def make(
         inventory: str = "gpu-8x-nvlink", socket_dir: str | Path | None = None, **kwargs: Any
     ) -> Simulator:
-        sim = Simulator(socket_dir or _short_dir(), inventory, **kwargs)
+        if socket_dir is None:
+            socket_dir = _short_dir()
+            made.append(socket_dir)
+        sim = Simulator(socket_dir, inventory, **kwargs)
         started.append(sim)
         await sim.start()
         return sim
@@ -37,6 +42,8 @@ async def runtime_sim_factory() -> AsyncIterator[SimulatorFactory]:
     finally:
         for sim in started:
             await sim.stop()
+        for directory in made:  # only the ones made here: a caller's directory is its own
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest_asyncio.fixture
