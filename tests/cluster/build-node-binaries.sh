@@ -98,7 +98,9 @@ build_runc() {
   step "runc $RUNC_VERSION (cgo, seccomp)"
   if ! pkg-config --exists libseccomp 2>/dev/null && [[ ! -e /usr/include/seccomp.h ]]; then
     step "libseccomp-dev missing: apt-get install -y libseccomp-dev"
-    apt-get install -y --no-install-recommends libseccomp-dev >&2
+    # a fresh machine may have no package lists yet
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libseccomp-dev >&2
   fi
   printf 'module ljrk.invalid/runc\n\ngo 1.24\n' > go.mod
   quiet go get "github.com/opencontainers/runc@$RUNC_VERSION"
@@ -128,7 +130,9 @@ copy_cni() {
   if [[ ! -x "$src/bridge" ]]; then
     step "CNI plugins: Debian's containernetworking-plugins unpacked into the cache (not installed)"
     local deb="$work/deb"
-    mkdir -p "$deb" && (cd "$deb" && apt-get download containernetworking-plugins >&2)
+    mkdir -p "$deb"
+    (cd "$deb" && { apt-get download containernetworking-plugins >&2 ||
+      { apt-get update -qq >&2 && apt-get download containernetworking-plugins >&2; }; })
     dpkg -x "$deb"/containernetworking-plugins_*.deb "$deb/root"
     src="$deb/root/usr/lib/cni"
   fi
