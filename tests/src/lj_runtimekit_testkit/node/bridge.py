@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from lj_runtimekit_testkit.node.hostcmd import RealNodeError, run, succeeds
+from lj_runtimekit_testkit.node.hostcmd import RealNodeError, pid_alive, run, succeeds
 
 log = structlog.get_logger(__name__)
 
@@ -23,16 +23,6 @@ PREFIX = "ljrk"
 SUBNET_BASE = "10.213.{k}.0/24"
 _MAX_BRIDGES = 64
 _ALIAS = "lj-runtimekit pid {pid}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _owner(name: str) -> int | None:
@@ -86,7 +76,7 @@ class HostBridge:
             name, subnet = f"{PREFIX}{k}", ipaddress.IPv4Network(SUBNET_BASE.format(k=k))
             if _link_exists(name):
                 owner = _owner(name)
-                if owner is None or _alive(owner):
+                if owner is None or pid_alive(owner):
                     continue
                 log.warning("stale_bridge_removed", bridge=name, owner_pid=owner)
                 run(["ip", "link", "del", name], f"delete stale bridge {name}", check=False)

@@ -11,7 +11,7 @@ import re
 import time
 from pathlib import Path
 
-from lj_runtimekit_testkit.node.hostcmd import RealNodeError
+from lj_runtimekit_testkit.node.hostcmd import RealNodeError, pid_alive
 
 PREFIX = "ljrk-"
 _STALE = re.compile(rf"^{PREFIX}(\d+)-")
@@ -82,15 +82,5 @@ def sweep_stale() -> None:
         with contextlib.suppress(OSError):
             for entry in mount.iterdir():
                 match = _STALE.match(entry.name)
-                if match and entry.is_dir() and not _alive(int(match.group(1))):
+                if match and entry.is_dir() and not pid_alive(int(match.group(1))):
                     _rmtree(entry, 2.0)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

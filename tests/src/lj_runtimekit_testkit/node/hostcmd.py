@@ -3,6 +3,7 @@ failed: the one place that shells out to them."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 
@@ -56,3 +57,14 @@ def free_char_major(first: int = 240, last: int = 254) -> int:
         if major not in used:
             return major
     raise RealNodeError(f"no free character major in {first}..{last} for fake devices")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
