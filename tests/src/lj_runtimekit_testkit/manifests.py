@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,8 +82,10 @@ def component_version(component: str) -> str:
     return str(data["project"]["version"])
 
 
+@functools.cache
 def tool_dir() -> Path:
-    """The folder of the test binaries (kubectl, helm, ...), built on first use."""
+    """The folder of the test binaries (kubectl, helm, ...), built on first use; looked up once
+    per process (the real-node tests call kubectl hundreds of times)."""
     out = subprocess.run(
         [str(REPO / "tests/cluster/build-binaries.sh")],
         check=True,

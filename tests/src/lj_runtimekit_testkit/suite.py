@@ -148,7 +148,6 @@ class Operator:
             text=True,
             timeout=900,
             check=False,
-            input="yes\n",
         )
         if check and out.returncode != 0:
             raise AssertionError(
