@@ -249,7 +249,11 @@ async def test_shared_and_whole_pods_cycle_through_the_same_gpus_and_all_come_ba
             owners = {(a.pod.name, a.container) for a in node.simulator.allocations()}
             assert (f"w{r}", "main") in owners
             if r % 3 == 1:
+                before = emu.resources()
                 await emu.restart()
+                # as on a real node: until the plugin has registered again and sent its devices,
+                # the kubelet admits no pod that needs them (UnexpectedAdmissionError); wait
+                await _until(lambda b=before: emu.resources() == b, within_s=20)
             if r % 3 == 2:
                 await node.simulator.restart()
             for name in [*shared, f"w{r}"]:
