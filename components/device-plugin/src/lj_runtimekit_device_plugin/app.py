@@ -55,13 +55,21 @@ def names_of(s: Settings) -> ResourceNames:
     )
 
 
+class Stop(asyncio.Event):
+    """The stop event, remembering whether a fatal error (not a signal) set it."""
+
+    fatal: str = ""
+
+
 async def _guard(name: str, coro: object, stop: asyncio.Event) -> None:
     try:
         await coro  # type: ignore[misc]
     except asyncio.CancelledError:
         raise
-    except Exception:
+    except Exception as e:
         log.exception("task_failed", task=name, next="shutting down so the DaemonSet restarts us")
+        if isinstance(stop, Stop) and not stop.is_set():
+            stop.fatal = f"task {name} failed: {e!r}"
         stop.set()
         raise
     log.info("task_ended", task=name)
@@ -209,12 +217,44 @@ def _reclaimer(
     )
 
 
-async def serve(s: Settings, stop: asyncio.Event) -> None:
-    """Run until ``stop`` is set; then stop serving, remove our sockets, close clients."""
+def health_report(
+    *,
+    connected: bool,
+    known_devices: int,
+    runtime_error: str,
+    registered: set[str],
+    unregistered: dict[str, str],
+) -> tuple[bool, str]:
+    """(alive, why) for /healthz.
+
+    Failing only before the Runtime ever answered: afterwards the plugin keeps serving the last
+    known devices to the kubelet, and a restart (what a failing liveness probe causes) would only
+    lose them, so a misbehaving Runtime or a refused registration reads 200 ``degraded`` with
+    the reason.
+    """
+    problems = []
+    if not connected:
+        problems.append(f"runtime not connected: {runtime_error or 'no answer yet'}")
+    for resource, why in sorted(unregistered.items()):
+        problems.append(f"{resource} not registered: {why}")
+    if not connected and not known_devices:
+        return False, "; ".join(problems)
+    head = "degraded" if problems else "ok"
+    return True, "; ".join([f"{head}, registered: {sorted(registered)}", *problems])
+
+
+async def serve(
+    s: Settings, stop: asyncio.Event, *, bound: Callable[[int], None] | None = None
+) -> None:
+    """Run until ``stop`` is set; then stop serving, remove our sockets, close clients.
+
+    Pass a :class:`Stop` to learn afterwards whether a fatal error, not a signal, set it."""
     names = names_of(s)
     metrics = PluginMetrics()
     inventory = Inventory()
-    client = RuntimeClient(s.socket_dir, s.rpc_timeout)
+    client = RuntimeClient(
+        s.socket_dir, s.rpc_timeout, on_garbage=lambda m: metrics.runtime_garbage.labels(m).inc()
+    )
     api = await _apiserver(s)
     pods = _pod_lister(s, api)
     reclaimer = _reclaimer(s, client, names=names, inventory=inventory, pods=pods, metrics=metrics)
@@ -236,6 +276,9 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
         metrics.registered(resource)
         reclaimer.wake()
 
+    def refused(resource: str) -> None:
+        metrics.registration_failures.labels(resource).inc()
+
     host = PluginHost(
         s.plugin_dir,
         inventory,
@@ -243,17 +286,24 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
         allocator,
         observe=metrics.observe,
         on_registered=registered,
+        on_refused=refused,
         intent=allocator.intent,
     )
 
     def healthy() -> tuple[bool, str]:
-        if not follower.connected.is_set():
-            return False, "runtime not connected"
-        return True, f"ok, registered: {sorted(host.registered)}"
+        return health_report(
+            connected=follower.connected.is_set(),
+            known_devices=len(inventory.view().devices),
+            runtime_error=follower.last_error,
+            registered=host.registered,
+            unregistered=host.unregistered,
+        )
 
     runner = web.AppRunner(create_app(metrics, healthy))
     await runner.setup()
     await web.TCPSite(runner, s.listen_address, s.port).start()
+    if bound is not None:
+        bound(int(runner.addresses[0][1]))  # the real port when --port 0
     tasks = [
         asyncio.create_task(_guard("watch", follower.watch(), stop), name="watch"),
         asyncio.create_task(_guard("poll", follower.poll(), stop), name="poll"),
@@ -285,13 +335,15 @@ async def serve(s: Settings, stop: asyncio.Event) -> None:
 
 
 def run(settings: Settings) -> int:
+    """Serve until a signal (exit 0) or a fatal error (exit 1, never 0: a pod that ended on an
+    error must not read "Completed" in CrashLoopBackOff)."""
     logs.configure(
         settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
     )
     log.info("starting", version=__version__, settings=vars(settings))
+    stop = Stop()
 
     async def main() -> None:
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = 0
 
@@ -306,5 +358,17 @@ def run(settings: Settings) -> int:
             loop.add_signal_handler(sig, on_signal)
         await serve(settings, stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except OSError as e:
+        log.error(
+            "device_plugin_not_started",
+            error=str(e),
+            check=f"is {settings.listen_address}:{settings.port} free (--port), and are "
+            f"{settings.plugin_dir} and {settings.socket_dir} reachable?",
+        )
+        return 1
+    if stop.fatal:
+        log.error("device_plugin_failed", error=stop.fatal, exit_code=1)
+        return 1
     return 0

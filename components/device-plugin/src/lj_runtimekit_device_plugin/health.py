@@ -49,12 +49,19 @@ class HealthFollower:
         self.inventory = inventory
         self.interval_s = interval_s
         self.connected = asyncio.Event()
+        self.last_error = ""
+        """Why the Runtime last failed us (empty once it answers again), for /healthz."""
 
     async def refresh(self) -> None:
         """One full check: version and ListDevices into the inventory."""
-        info = await self.client.version()
-        await self.inventory.set_runtime(info)
-        _log_changes(await self.inventory.replace(await self.client.list_devices()))
+        try:
+            info = await self.client.version()
+            await self.inventory.set_runtime(info)
+            _log_changes(await self.inventory.replace(await self.client.list_devices()))
+        except RuntimeUnavailable as e:
+            self.last_error = str(e)
+            raise
+        self.last_error = ""
         if not self.connected.is_set():
             self.connected.set()
             self.on_connect()
@@ -77,8 +84,9 @@ class HealthFollower:
                 except MethodMissing as e:
                     log.warning("runtime_lacks_watch", error=str(e))
                     return
-                except RuntimeUnavailable:
+                except RuntimeUnavailable as e:
                     self.connected.clear()
+                    self.last_error = str(e)
                     raise
 
     async def _follow(self) -> None:
@@ -99,4 +107,5 @@ class HealthFollower:
                 await self.refresh()
             except RuntimeUnavailable as e:
                 self.connected.clear()
+                self.last_error = str(e)
                 log.warning("runtime_check_failed", error=str(e), keeping="last known devices")

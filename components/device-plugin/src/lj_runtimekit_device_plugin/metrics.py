@@ -73,6 +73,19 @@ class PluginMetrics:
             ["resource"],
             registry=self.registry,
         )
+        self.runtime_garbage = Counter(
+            "lj_device_plugin_runtime_invalid_replies",
+            "Runtime replies that were not the message the interface promises (not protobuf, "
+            "strings that are not UTF-8), per Runtime method.",
+            ["method"],
+            registry=self.registry,
+        )
+        self.registration_failures = Counter(
+            "lj_device_plugin_registration_failures",
+            "Registrations the kubelet refused or did not answer, per resource (retried).",
+            ["resource"],
+            registry=self.registry,
+        )
         self.events = Counter(
             "lj_device_plugin_pod_events",
             "Events posted on pods, by reason.",

@@ -33,6 +33,11 @@ from .server import (
 log = structlog.get_logger(__name__)
 
 
+def backoff_s(failures: int) -> float:
+    """The guide's backoff before retry ``failures`` + 1: 1 s, x2, at most 30 s."""
+    return float(min(30, 2 ** max(failures - 1, 0)))
+
+
 def _identity(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -53,8 +58,10 @@ class PluginHost:
         *,
         observe: Observer | None = None,
         on_registered: Callable[[str], None] | None = None,
+        on_refused: Callable[[str], None] | None = None,
         intent: Intent | None = None,
     ) -> None:
+        self.on_refused = on_refused or (lambda _: None)
         self.intent = intent
         self.plugin_dir = plugin_dir
         self.kubelet_socket = os.path.join(plugin_dir, sockets.KUBELET_SOCKET)
@@ -64,7 +71,11 @@ class PluginHost:
         self.observe = observe
         self.on_registered = on_registered or (lambda _: None)
         self._servers: dict[str, grpc.aio.Server] = {}
+        self._plugins: dict[str, DevicePlugin] = {}
         self.registered: set[str] = set()
+        self.unregistered: dict[str, str] = {}
+        """Resources served but not registered, with the kubelet's reason; retried by run()."""
+        self._failures = 0
 
     def resources(self) -> list[str]:
         return sorted(advertise(self.inventory.view().devices, self.names))
@@ -87,20 +98,37 @@ class PluginHost:
             server = create_server(sockets.unix_target(path), plugin)
             await server.start()
             self._servers[resource] = server
-            try:
-                await register(self.kubelet_socket, plugin, socket_name(resource), 5.0)
-            except grpc.aio.AioRpcError as e:
-                log.warning(
-                    "registration_failed",
-                    resource=resource,
-                    kubelet_socket=self.kubelet_socket,
-                    error=f"{e.code().name} {e.details()}",
-                    next="waiting for kubelet.sock to be recreated",
-                )
-                continue
-            self.registered.add(resource)
-            self.on_registered(resource)
-            log.info("registered", resource=resource, endpoint=socket_name(resource))
+            self._plugins[resource] = plugin
+            await self._register(resource)
+
+    async def _register(self, resource: str) -> bool:
+        plugin = self._plugins[resource]
+        try:
+            await register(self.kubelet_socket, plugin, socket_name(resource), 5.0)
+        except grpc.aio.AioRpcError as e:
+            why = f"{e.code().name} {e.details()}"
+            self.unregistered[resource] = why
+            self.on_refused(resource)
+            log.warning(
+                "registration_failed",
+                resource=resource,
+                kubelet_socket=self.kubelet_socket,
+                error=why,
+                next="retrying with backoff (1 s, x2, 30 s max), and at once when kubelet.sock "
+                "is recreated",
+            )
+            return False
+        self.unregistered.pop(resource, None)
+        self.registered.add(resource)
+        self.on_registered(resource)
+        log.info("registered", resource=resource, endpoint=socket_name(resource))
+        return True
+
+    async def retry_refused(self) -> None:
+        """Register again each resource the kubelet refused (its socket still serves)."""
+        for resource in sorted(self.unregistered):
+            if resource in self._servers:
+                await self._register(resource)
 
     async def stop(self) -> None:
         for resource, server in self._servers.items():
@@ -108,13 +136,17 @@ class PluginHost:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.plugin_dir, socket_name(resource)))
         self._servers.clear()
+        self._plugins.clear()
         self.registered.clear()
+        self.unregistered.clear()
 
     async def run(self, poll_s: float = 0.2) -> None:
         """Start; restart all plugins when kubelet.sock is recreated or resources change."""
         seen = _identity(self.kubelet_socket)
         await self.start()
         wanted = self.resources()
+        loop = asyncio.get_running_loop()
+        retry_at = loop.time()
         try:
             while True:
                 await asyncio.sleep(poll_s)
@@ -122,11 +154,18 @@ class PluginHost:
                 resources = self.resources()
                 if now != seen and now is not None:
                     log.info("kubelet_restarted", kubelet_socket=self.kubelet_socket)
-                elif resources == wanted and (now is None or self.registered):
+                elif resources == wanted and (now is None or self.registered or self.unregistered):
                     seen = now
+                    # a refusal while others registered: no kubelet restart would come to retry it
+                    if now is not None and self.unregistered and loop.time() >= retry_at:
+                        await self.retry_refused()
+                        self._failures = self._failures + 1 if self.unregistered else 0
+                        retry_at = loop.time() + backoff_s(self._failures)
                     continue
                 seen, wanted = now, resources
+                self._failures = 0
                 if now is not None:
                     await self.start()
+                    retry_at = loop.time() + backoff_s(1)
         finally:
             await self.stop()

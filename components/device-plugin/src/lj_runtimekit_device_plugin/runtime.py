@@ -8,7 +8,8 @@ GetVersion's capabilities, or UNIMPLEMENTED) degrades to the periodic check with
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 import grpc
 import structlog
@@ -21,6 +22,7 @@ from .errors import PermanentError, TemporaryError
 from .model import Allocation, Device, Injection, Link, Partition, RuntimeInfo
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 WATCH_DEVICES = "DeviceService.WatchDevices"
 UPDATE_OWNER = "DeviceService.UpdateAllocationOwner"
@@ -35,6 +37,10 @@ BACKOFF = wait_exponential(multiplier=1, exp_base=2, min=1, max=30)
 
 class RuntimeUnavailable(TemporaryError):
     """The Runtime did not answer (socket missing, restarting, slow, or garbage)."""
+
+
+class RuntimeGarbage(RuntimeUnavailable):
+    """The Runtime answered bytes that are not the message its interface promises."""
 
 
 class MethodMissing(PermanentError):
@@ -111,6 +117,62 @@ def allocation_from_proto(a: device_pb2.Allocation) -> Allocation:
     )
 
 
+#: More memory than any accelerator has (16 TiB): a Runtime claiming it is misreporting, and
+#: believing it would advertise one gpu-memory unit per GiB (2^34 units for 2^64-1 bytes).
+MAX_DEVICE_MEMORY_BYTES = 16 << 40
+#: Unit ids are ``<device id>::core-<n>``/``::mem-<n>``: an id with ``::`` could forge another's.
+RESERVED_ID_PART = "::"
+
+
+def _answer(method: str, client: RuntimeClient, reply: T | None) -> T:
+    """grpc-aio hands back ``None`` when the reply did not parse (not protobuf, a proto3 string
+    that is not UTF-8, a truncated field): one clear error naming the method instead of an
+    AttributeError far away."""
+    if reply is None:
+        client.on_garbage(method)
+        raise RuntimeGarbage(
+            f"Runtime DeviceService.{method} on {client.path} answered bytes that are not a valid "
+            "reply: is the Runtime the version this plugin expects (lj.runtime.v1)?"
+        )
+    return reply
+
+
+def screen(devices: list[Device]) -> list[Device]:
+    """The devices whose facts can be believed; each one left out is logged with why.
+
+    Guarantees: every device and partition id is non-empty, free of ``::`` and unique among all
+    of them (unit ids, hence what the kubelet counts, stay unique); no device claims more than
+    :data:`MAX_DEVICE_MEMORY_BYTES`.
+    """
+    seen: dict[str, int] = {}
+    for d in devices:
+        for i in (d.id, *(p.id for p in d.partitions)):
+            seen[i] = seen.get(i, 0) + 1
+    kept = []
+    for d in devices:
+        ids = (d.id, *(p.id for p in d.partitions))
+        why = ""
+        if any(not i or RESERVED_ID_PART in i for i in ids):
+            why = f"empty id or one containing {RESERVED_ID_PART!r}"
+        elif any(seen[i] > 1 for i in ids):
+            why = "its id or a partition id is repeated"
+        elif d.memory_bytes > MAX_DEVICE_MEMORY_BYTES or any(
+            p.memory_bytes > d.memory_bytes for p in d.partitions if p.memory_bytes
+        ):
+            why = f"memory_bytes {d.memory_bytes} is beyond any real device"
+        if why:
+            log.error(
+                "runtime_device_rejected",
+                device=d.id,
+                partitions=[p.id for p in d.partitions],
+                why=why,
+                effect="the device is not advertised until the Runtime reports it sanely",
+            )
+            continue
+        kept.append(d)
+    return kept
+
+
 def _validate(devices: list[Device]) -> list[Device]:
     ids = [d.id for d in devices]
     if any(not i for i in ids) or len(set(ids)) != len(ids):
@@ -121,7 +183,15 @@ def _validate(devices: list[Device]) -> list[Device]:
 class RuntimeClient:
     """A DeviceService client on ``<socket_dir>/device-daemon.sock``."""
 
-    def __init__(self, socket_dir: str, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        socket_dir: str,
+        timeout: float = 5.0,
+        *,
+        on_garbage: Callable[[str], None] | None = None,
+    ) -> None:
+        self.on_garbage = on_garbage or (lambda _: None)
+        """Told the method name of each reply that did not parse (for a metric)."""
         self.path = os.path.join(socket_dir, sockets.DEVICE_SOCKET)
         self.timeout = timeout
         self._channel = grpc.aio.insecure_channel(
@@ -147,6 +217,7 @@ class RuntimeClient:
                 log.warning("runtime_lacks_get_version", socket=self.path)
                 return RuntimeInfo()
             raise self._unavailable("GetVersion", e) from e
+        r = _answer("GetVersion", self, r)
         return RuntimeInfo(r.version, r.api_version, frozenset(r.capabilities))
 
     async def list_devices(self) -> list[Device]:
@@ -154,15 +225,17 @@ class RuntimeClient:
             r = await self._stub.ListDevices(device_pb2.ListDevicesRequest(), timeout=self.timeout)
         except grpc.aio.AioRpcError as e:
             raise self._unavailable("ListDevices", e) from e
-        return _validate([device_from_proto(d) for d in r.devices])
+        r = _answer("ListDevices", self, r)
+        return screen(_validate([device_from_proto(d) for d in r.devices]))
 
     async def watch(self) -> AsyncIterator[tuple[str, list[Device]]]:
         """(event type, devices) from WatchDevices; the first is the full snapshot."""
         call = self._stub.WatchDevices(device_pb2.WatchDevicesRequest())
         try:
-            async for ev in call:
+            async for raw in call:
+                ev = _answer("WatchDevices", self, raw)
                 kind = _enum(device_pb2.DeviceEventType, ev.type, "DEVICE_EVENT_TYPE_")
-                yield kind, [device_from_proto(d) for d in ev.devices]
+                yield kind, screen([device_from_proto(d) for d in ev.devices])
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.UNIMPLEMENTED:
                 raise MethodMissing(f"this Runtime lacks {WATCH_DEVICES}") from e
@@ -204,7 +277,7 @@ class RuntimeClient:
                     f"Runtime refused allocation of {device_ids}: {e.details()}"
                 ) from e
             raise self._unavailable("Allocate", e) from e
-        return allocation_from_proto(r.allocation)
+        return allocation_from_proto(_answer("Allocate", self, r).allocation)
 
 
 def retrying(what: str) -> AsyncRetrying:
@@ -238,7 +311,7 @@ async def release(client: RuntimeClient, allocation_id: str) -> int:
         )
     except grpc.aio.AioRpcError as e:
         raise client._unavailable("Release", e) from e
-    return int(r.released)
+    return int(_answer("Release", client, r).released)
 
 
 async def allocations(client: RuntimeClient) -> list[Allocation]:
@@ -249,6 +322,7 @@ async def allocations(client: RuntimeClient) -> list[Allocation]:
         )
     except grpc.aio.AioRpcError as e:
         raise client._unavailable("ListAllocations", e) from e
+    r = _answer("ListAllocations", client, r)
     return [allocation_from_proto(a) for a in r.allocations]
 
 
@@ -271,7 +345,7 @@ async def update_owner(
         if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
             raise AllocationRefused(f"Runtime refused {UPDATE_OWNER}: {e.details()}") from e
         raise client._unavailable("UpdateAllocationOwner", e) from e
-    return allocation_from_proto(r.allocation)
+    return allocation_from_proto(_answer("UpdateAllocationOwner", client, r).allocation)
 
 
 async def allocation_ids(client: RuntimeClient) -> list[str]:

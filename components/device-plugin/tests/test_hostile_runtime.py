@@ -1,0 +1,302 @@
+"""A Runtime that answers garbage, hangs, or lies: the plugin survives, says so, and stays bounded.
+
+The misbehaving Runtime is the testkit's :mod:`hostile_runtime` (real service and method names,
+any bytes as the answer) on real unix sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+
+from lj_runtimekit_device_plugin import runtime
+from lj_runtimekit_device_plugin.app import Stop, serve
+from lj_runtimekit_device_plugin.runtime import RuntimeClient, RuntimeGarbage, RuntimeUnavailable
+from lj_runtimekit_device_plugin.settings import load
+from lj_runtimekit_interface import sockets
+from lj_runtimekit_interface.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from lj_runtimekit_interface.runtime.v1 import device_pb2
+from lj_runtimekit_testkit.hostile_runtime import (
+    NOT_PROTOBUF,
+    HostileRuntime,
+    non_utf8_string_field,
+    socket_dir,
+    version_reply,
+)
+
+GIB = 1 << 30
+
+
+def gpus(n: int = 2) -> device_pb2.ListDevicesResponse:
+    return device_pb2.ListDevicesResponse(
+        devices=[
+            device_pb2.Device(
+                id=f"gpu-{i}",
+                index=i,
+                kind=device_pb2.DEVICE_KIND_GPU,
+                memory_bytes=16 * GIB,
+                health=device_pb2.Health(state=device_pb2.HEALTH_STATE_HEALTHY),
+            )
+            for i in range(n)
+        ]
+    )
+
+
+@pytest.fixture
+async def hostile() -> AsyncIterator[HostileRuntime]:
+    with socket_dir() as d:
+        h = HostileRuntime(d)
+        await h.start()
+        try:
+            yield h
+        finally:
+            await h.stop()
+
+
+#: where each reply has a string: GetVersion's version, else the first device's or allocation's id
+STRING_AT = {"GetVersion": (1,), "WatchDevices": (2, 1)}
+
+
+async def _call(client: RuntimeClient, method: str) -> object:
+    if method == "GetVersion":
+        return await client.version()
+    if method == "ListDevices":
+        return await client.list_devices()
+    if method == "WatchDevices":
+        return [x async for x in client.watch()]
+    if method == "Allocate":
+        return await client.allocate(pod=("ns", "p", "u"), container="c", resource="r", device_ids=["gpu-0"])
+    if method == "Release":
+        return await runtime.release(client, "a-1")
+    if method == "ListAllocations":
+        return await runtime.allocations(client)
+    return await runtime.update_owner(client, "a-1", ("ns", "p", "u"), "c")
+
+
+METHODS = [
+    "GetVersion",
+    "ListDevices",
+    "WatchDevices",
+    "Allocate",
+    "Release",
+    "ListAllocations",
+    "UpdateAllocationOwner",
+]
+
+
+@pytest.mark.parametrize("garbage", ["not-protobuf", "non-utf8-string"])
+@pytest.mark.parametrize("method", METHODS)
+async def test_a_reply_that_does_not_parse_is_a_clear_error_naming_the_method(
+    hostile: HostileRuntime, method: str, garbage: str
+) -> None:
+    if garbage == "non-utf8-string" and method == "Release":
+        pytest.skip("ReleaseResponse has no string field")
+    bad = NOT_PROTOBUF
+    if garbage == "non-utf8-string":
+        bad = non_utf8_string_field(*STRING_AT.get(method, (1, 1)))
+    hostile.answer(method, bad)
+    told: list[str] = []
+    client = RuntimeClient(str(hostile.socket_dir), 5.0, on_garbage=told.append)
+    try:
+        with pytest.raises(RuntimeGarbage, match=f"DeviceService.{method} on .* not a valid reply"):
+            await _call(client, method)
+    finally:
+        await client.close()
+    assert told == [method]
+
+
+@pytest.mark.parametrize("method", METHODS)
+async def test_a_hanging_runtime_call_ends_with_a_clear_error(
+    hostile: HostileRuntime, method: str
+) -> None:
+    if method == "WatchDevices":
+        # a stream is long-lived by design; one that hangs *before* its snapshot is bounded by
+        # the periodic ListDevices instead (test below)
+        hostile.answer(method, abort=grpc.StatusCode.INTERNAL, hang=False)
+    else:
+        hostile.answer(method, hang=True)
+    client = RuntimeClient(str(hostile.socket_dir), 0.3)
+    try:
+        with pytest.raises(RuntimeUnavailable, match=method):
+            await _call(client, method)
+    finally:
+        await client.close()
+
+
+async def test_a_stream_that_breaks_midway_is_a_clear_error(hostile: HostileRuntime) -> None:
+    snapshot = device_pb2.WatchDevicesResponse(
+        type=device_pb2.DEVICE_EVENT_TYPE_SNAPSHOT, devices=gpus().devices
+    )
+    for tail, error in ((NOT_PROTOBUF, RuntimeGarbage), (None, RuntimeUnavailable)):
+        replies = [snapshot, tail] if tail is not None else [snapshot]
+        hostile.answer("WatchDevices", *replies)
+        client = RuntimeClient(str(hostile.socket_dir), 1.0)
+        got = []
+        try:
+            with pytest.raises(error, match="WatchDevices"):
+                async for ev in client.watch():
+                    got.append(ev)
+        finally:
+            await client.close()
+        assert [k for k, _ in got] == ["snapshot"]
+
+
+class Registrar(api_pb2_grpc.RegistrationServicer):
+    """The kubelet's Registration: refuses each resource in ``refuse`` that many times first."""
+
+    def __init__(self, refuse: dict[str, int] | None = None) -> None:
+        self.refuse = dict(refuse or {})
+        self.ok: list[str] = []
+        self.refused: list[str] = []
+
+    async def Register(
+        self, request: api_pb2.RegisterRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> api_pb2.Empty:
+        if self.refuse.get(request.resource_name, 0) > 0:
+            self.refuse[request.resource_name] -= 1
+            self.refused.append(request.resource_name)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused by the test kubelet")
+        self.ok.append(request.resource_name)
+        return api_pb2.Empty()
+
+
+@contextlib.asynccontextmanager
+async def kubelet(reg: Registrar) -> AsyncIterator[Path]:
+    plugin_dir = Path(tempfile.mkdtemp(prefix="ljkub-"))
+    server = grpc.aio.server()
+    api_pb2_grpc.add_RegistrationServicer_to_server(reg, server)
+    server.add_insecure_port(sockets.unix_target(str(plugin_dir / sockets.KUBELET_SOCKET)))
+    await server.start()
+    try:
+        yield plugin_dir
+    finally:
+        await server.stop(None)
+
+
+async def _until(cond: Any, within_s: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def daemon(hostile: HostileRuntime, plugin_dir: Path) -> AsyncIterator[tuple[str, Stop, asyncio.Task[None]]]:
+    s = load(
+        [
+            "--socket-dir",
+            str(hostile.socket_dir),
+            "--plugin-dir",
+            str(plugin_dir),
+            "--port",
+            "0",
+            "--listen-address",
+            "127.0.0.1",
+            "--node-name",
+            "n1",
+            "--rpc-timeout",
+            "0.5",
+            "--health-interval",
+            "0.2",
+            "--resources",
+            "gpu,gpu-core",
+            "--publish-inventory",
+            "false",
+            "--kubeconfig",
+            "/nonexistent",
+            "--log-format",
+            "console",
+        ],
+        {},
+    )
+    stop = Stop()
+    port: list[int] = []
+    task = asyncio.create_task(serve(s, stop, bound=port.append))
+    try:
+        await _until(lambda: bool(port) or task.done())
+        assert not task.done(), task
+        yield f"http://127.0.0.1:{port[0]}", stop, task
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 15)
+
+
+async def _get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as http, http.get(url) as r:
+        return r.status, await r.text()
+
+
+async def test_plugin_survives_garbage_keeps_its_devices_and_says_so(
+    hostile: HostileRuntime,
+) -> None:
+    hostile.answer("GetVersion", version_reply())
+    hostile.answer("ListDevices", gpus())
+    hostile.answer("WatchDevices", device_pb2.WatchDevicesResponse(
+        type=device_pb2.DEVICE_EVENT_TYPE_SNAPSHOT, devices=gpus().devices
+    ), NOT_PROTOBUF)
+    reg = Registrar()
+    async with kubelet(reg) as plugin_dir, daemon(hostile, plugin_dir) as (url, stop, task):
+        await _until(lambda: {"aliyun.com/gpu", "aliyun.com/gpu-core"} <= set(reg.ok))
+        # from now on every answer is garbage
+        hostile.answer("ListDevices", NOT_PROTOBUF)
+        hostile.answer("GetVersion", NOT_PROTOBUF)
+        await _until(lambda: hostile.calls("GetVersion") >= 4)
+        status, text = await _get(url + "/healthz")
+        assert not task.done() and not stop.fatal
+        assert status == 200, text
+        assert "degraded" in text and "not a valid reply" in text, text
+        _, metrics = await _get(url + "/metrics")
+        assert 'lj_device_plugin_runtime_invalid_replies_total{method="GetVersion"}' in metrics
+        # the kubelet still gets the last known devices
+        sock = plugin_dir / "lj-aliyun.com-gpu.sock"
+        async with grpc.aio.insecure_channel(sockets.unix_target(str(sock))) as ch:
+            stream = api_pb2_grpc.DevicePluginStub(ch).ListAndWatch(api_pb2.Empty())
+            first = await stream.read()
+            stream.cancel()
+        assert isinstance(first, api_pb2.ListAndWatchResponse)
+        assert sorted(d.ID for d in first.devices) == ["gpu-0", "gpu-1"]
+
+
+async def test_plugin_facing_garbage_from_the_start_stays_up_and_names_the_method(
+    hostile: HostileRuntime,
+) -> None:
+    hostile.answer("GetVersion", NOT_PROTOBUF)
+    reg = Registrar()
+    async with kubelet(reg) as plugin_dir, daemon(hostile, plugin_dir) as (url, stop, task):
+        await _until(lambda: hostile.calls("GetVersion") >= 2)
+        status, text = await _get(url + "/healthz")
+        assert status == 503
+        assert "DeviceService.GetVersion" in text and "not a valid reply" in text, text
+        assert not task.done() and not stop.fatal
+        # and it recovers without a restart once the Runtime answers sanely
+        hostile.answer("GetVersion", version_reply())
+        hostile.answer("ListDevices", gpus())
+        await _until(lambda: "aliyun.com/gpu" in reg.ok)
+
+
+async def test_a_refused_registration_is_retried_while_others_stay_registered(
+    hostile: HostileRuntime,
+) -> None:
+    hostile.answer("GetVersion", version_reply())
+    hostile.answer("ListDevices", gpus())
+    reg = Registrar(refuse={"aliyun.com/gpu-core": 2})
+    async with kubelet(reg) as plugin_dir, daemon(hostile, plugin_dir) as (url, _, _task):
+        await _until(lambda: "aliyun.com/gpu" in reg.ok and reg.refused)
+        status, text = await _get(url + "/healthz")
+        if "aliyun.com/gpu-core" not in reg.ok:
+            assert "aliyun.com/gpu-core not registered" in text, text
+        # no kubelet restart happens: the plugin itself must try again
+        await _until(lambda: "aliyun.com/gpu-core" in reg.ok)
+        assert reg.refused == ["aliyun.com/gpu-core"] * 2
+        assert reg.ok.count("aliyun.com/gpu") == 1, "the registered one was left alone"
+        status, text = await _get(url + "/healthz")
+        assert status == 200 and text.startswith("ok"), text
