@@ -19,7 +19,7 @@ class JobTemplate:
     socket_dir: str = "/run/amp/eKitC/xdm/sockets"
     containerd_dir: str = "/etc/containerd"
     agent_args: tuple[str, ...] = ()
-    service_account: str = ""
+    service_account: str = names.AGENT_SERVICE_ACCOUNT
     priority_class: str = "system-node-critical"
     pod_annotations: tuple[tuple[str, str], ...] = ()
 
@@ -46,7 +46,10 @@ def manifest(t: JobTemplate, node: str, action: str, attempt: int) -> dict[str, 
         "imagePullPolicy": "IfNotPresent",
         "args": [action, f"--node-name={node}", f"--socket-dir={t.socket_dir}", *t.agent_args],
         "env": [{"name": "NODE_NAME", "value": node}],
-        "securityContext": {"privileged": True, "runAsUser": 0},
+        # The one documented exception to the suite's pod security (docs/security.md): nsenter
+        # into the host's PID 1 to restart containerd needs privilege and host PID. The root
+        # filesystem stays read-only: the agent writes only the mounted host directories.
+        "securityContext": {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True},
         "volumeMounts": [
             {"name": "containerd", "mountPath": t.containerd_dir},
             {"name": "runtime-sockets", "mountPath": t.socket_dir},
@@ -60,14 +63,13 @@ def manifest(t: JobTemplate, node: str, action: str, attempt: int) -> dict[str, 
         "restartPolicy": "Never",
         "hostPID": True,
         "automountServiceAccountToken": False,
+        "serviceAccountName": t.service_account,
         "tolerations": [{"operator": "Exists"}],
         "containers": [container],
         "volumes": volumes,
     }
     if t.priority_class:
         pod_spec["priorityClassName"] = t.priority_class
-    if t.service_account:
-        pod_spec["serviceAccountName"] = t.service_account
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

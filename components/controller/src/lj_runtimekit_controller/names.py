@@ -17,6 +17,9 @@ MANAGED_SELECTOR: Final = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 ACTIONS: Final = ("enable", "disable")
 AGENT_CONTAINER: Final = "agent"
 """The agent Job's one container; only its termination message counts as the agent's result."""
+AGENT_SERVICE_ACCOUNT: Final = "lj-runtimekit-job-agent"
+"""The agent pods' ServiceAccount: no rights and no token (the agent talks only to its node); the
+controller's admission policy refuses an agent Job under any other."""
 MAX_NAME: Final = 63
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 

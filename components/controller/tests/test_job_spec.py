@@ -1,0 +1,68 @@
+"""The agent Job's pinned shape: what the controller's admission policy
+(deploy/controller/05-admission-policy.yaml) lets through, and the one ServiceAccount the docs
+name. The policy itself is proven against the real apiserver in tests/security_tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lj_runtimekit_controller import job_spec, names
+
+IMAGE = "reg/lj-runtimekit-controller-job-agent:v1.13.0"
+_node = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,60}[a-z0-9])?", fullmatch=True)
+
+
+def _pod(node: str = "gpu-1", action: str = "enable", **template: Any) -> dict[str, Any]:
+    t = job_spec.JobTemplate(image=IMAGE, **template)
+    spec: dict[str, Any] = job_spec.manifest(t, node, action, 1)["spec"]["template"]["spec"]
+    return spec
+
+
+def test_agent_runs_as_its_own_service_account_without_a_token() -> None:
+    pod = _pod()
+    assert pod["serviceAccountName"] == "lj-runtimekit-job-agent" == names.AGENT_SERVICE_ACCOUNT
+    assert pod["automountServiceAccountToken"] is False
+
+
+@settings(max_examples=50, deadline=None)
+@given(node=_node, action=st.sampled_from(names.ACTIONS))
+def test_agent_is_pinned_to_one_node_with_its_fixed_command_line(node: str, action: str) -> None:
+    pod = _pod(node, action)
+    assert pod["nodeName"] == node
+    assert "affinity" not in pod
+    assert "nodeSelector" not in pod
+    (agent,) = pod["containers"]
+    assert "initContainers" not in pod
+    assert "ephemeralContainers" not in pod
+    assert agent["name"] == names.AGENT_CONTAINER
+    assert agent["image"] == IMAGE
+    assert "command" not in agent, "the image's own entrypoint runs"
+    assert agent["args"][:2] == [action, f"--node-name={node}"]
+    assert all(a.startswith("--") for a in agent["args"][1:])
+    assert agent["env"] == [{"name": "NODE_NAME", "value": node}]
+
+
+def test_agent_host_access_is_the_two_directories_and_host_pid_only() -> None:
+    pod = _pod()
+    assert {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]} == {
+        "containerd": "/etc/containerd",
+        "runtime-sockets": "/run/amp/eKitC/xdm/sockets",
+    }
+    (agent,) = pod["containers"]
+    assert {m["name"]: m["mountPath"] for m in agent["volumeMounts"]} == {
+        "containerd": "/etc/containerd",
+        "runtime-sockets": "/run/amp/eKitC/xdm/sockets",
+    }
+    assert pod["hostPID"] is True
+    assert not pod.get("hostNetwork")
+    assert not pod.get("hostIPC")
+    # privileged for nsenter into the host's PID 1 (docs/security.md); nothing written in the image
+    assert agent["securityContext"] == {
+        "privileged": True,
+        "runAsUser": 0,
+        "readOnlyRootFilesystem": True,
+    }
+    assert "ports" not in agent
