@@ -79,6 +79,7 @@ class Node:
             f"--termination-log={self.root / 'termination-log'}",
             "--restart-timeout=5",
             "--rpc-timeout=2",
+            "--containerd-socket=",  # no containerd here: the file and marker decide
             *extra,
         ]
 

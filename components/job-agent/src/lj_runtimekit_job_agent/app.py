@@ -6,12 +6,13 @@ import asyncio
 import json
 import posixpath
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from . import __version__, annotation_patterns, host, logs, result
+from . import __version__, annotation_patterns, cri, host, logs, result
 from . import containerd_config as cc
 from .containerd_config import MalformedConfig
 from .errors import ConfigError, JobAgentError
@@ -22,10 +23,16 @@ from .settings import Settings
 log = structlog.get_logger("lj_runtimekit_job_agent")
 
 
+class HandlerNotLoaded(host.ContainerdNotBack):
+    """containerd came back from its restart without the handler state the files ask for."""
+
+
 def _exit_code(error: JobAgentError) -> tuple[int, str]:
+    if isinstance(error, HandlerNotLoaded):
+        return result.EXIT_CONTAINERD_NOT_BACK, "HandlerNotLoaded"
     if isinstance(error, RuntimeUnavailable):
         return result.EXIT_RUNTIME_UNAVAILABLE, "RuntimeUnavailable"
-    if isinstance(error, MalformedConfig):
+    if isinstance(error, (MalformedConfig, host.NotUtf8)):
         return result.EXIT_CONFIG_REFUSED, "ContainerdConfigRefused"
     if isinstance(error, host.ContainerdNotBack):
         return result.EXIT_CONTAINERD_NOT_BACK, "ContainerdNotBack"
@@ -35,7 +42,7 @@ def _exit_code(error: JobAgentError) -> tuple[int, str]:
 
 
 def _read(settings: Settings, path: str) -> str | None:
-    return host.read(host.on_host(settings.host_root, path))
+    return host.read(host.resolve(settings.host_root, host.on_host(settings.host_root, path)))
 
 
 def _handler(settings: Settings, config_text: str | None) -> cc.Handler:
@@ -73,6 +80,8 @@ def _apply(settings: Settings, changes: list[FileChange]) -> None:
     # its saved copy goes; containerd reads nothing half-done either way.
     for change in changes:
         path = host.on_host(settings.host_root, change.path)
+        if change.after is not None:
+            path = host.resolve(settings.host_root, path)
         if change.after is None:
             host.remove(path)
             log.info("containerd_config_removed", path=str(path))
@@ -87,6 +96,55 @@ def _mark_restart_pending(settings: Settings, marker: Path, changes: list[FileCh
     host.write_atomic(marker, json.dumps(note) + "\n", backup=False)
 
 
+async def _loaded(settings: Settings) -> frozenset[str] | None:
+    """The handlers the running containerd has loaded; None when it cannot be asked (logged)."""
+    if not settings.containerd_socket:
+        return None
+    try:
+        return await cri.loaded_handlers(settings.containerd_socket, settings.rpc_timeout)
+    except cri.ContainerdUnreachable as e:
+        # Crash-only: the file edit and the marker still work without it; say what is unknown.
+        log.warning(
+            "containerd_handlers_unknown",
+            socket=settings.containerd_socket,
+            error=str(e),
+            hint="cannot confirm containerd loaded the handler; the file and marker decide",
+        )
+        return None
+
+
+def _wanted_loaded(settings: Settings, changes: list[FileChange]) -> bool:
+    """Whether containerd should have an ``lj-runtime`` handler once the changes are applied:
+    always after enable; after disable only when an operator's own handler is (back) there."""
+    if settings.action == "enable":
+        return True
+    final = {c.path: c.after for c in changes}
+    text = final.get(settings.containerd_config, _read(settings, settings.containerd_config))
+    return text is not None and cc.handler_block(text) is not None
+
+
+async def _confirm_loaded(settings: Settings, want: bool) -> None:
+    """After a restart: poll the running containerd until it shows the wanted handler state."""
+    deadline = time.monotonic() + settings.restart_timeout
+    seen: frozenset[str] | str = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            loaded = await cri.loaded_handlers(settings.containerd_socket, settings.rpc_timeout)
+        except cri.ContainerdUnreachable as e:
+            seen = str(e)
+        else:
+            if (cc.HANDLER in loaded) == want:
+                return
+            seen = loaded
+        await asyncio.sleep(0.2)
+    raise HandlerNotLoaded(
+        f"containerd restarted but its CRI does not show handler {cc.HANDLER!r} "
+        f"{'loaded' if want else 'removed'} within {settings.restart_timeout:g}s "
+        f"(it shows: {sorted(seen) if isinstance(seen, frozenset) else seen}); check "
+        "`containerd config dump` and `journalctl -u containerd` on the node"
+    )
+
+
 async def act(settings: Settings) -> result.Result:
     """Run the action; errors surface as :class:`JobAgentError`."""
     annotation_patterns.check(settings.annotation_patterns)
@@ -94,10 +152,15 @@ async def act(settings: Settings) -> result.Result:
     changes, handler = _plan(settings)  # before any change: a malformed config stops everything
     marker = host.on_host(settings.host_root, settings.marker_path)
     pending = host.read(marker) is not None
+    want = _wanted_loaded(settings, changes)
+    loaded = await _loaded(settings)
+    # The effect, not the file: a handler on disk that the running containerd never loaded (an
+    # edit whose restart was lost with its marker, or made by someone else) still needs a restart.
+    stale = loaded is not None and (cc.HANDLER in loaded) != want
     facts: dict[str, Any] = {
         "containerd_changed": bool(changes),
         "containerd_files": tuple(c.path for c in changes),
-        "restart_was_pending": pending,
+        "restart_was_pending": pending or stale,
         "systemd_cgroup": handler.systemd_cgroup if enable else None,
     }
     async with ConfigDaemon(settings.socket_dir, settings.rpc_timeout) as daemon:
@@ -114,7 +177,7 @@ async def act(settings: Settings) -> result.Result:
         runtime_changed = False
         if enable:
             runtime_changed, state = await daemon.set_enabled(True)
-        restart = bool(settings.restart_command) and (bool(changes) or pending)
+        restart = bool(settings.restart_command) and (bool(changes) or pending or stale)
         if changes and settings.restart_command:
             _mark_restart_pending(settings, marker, changes)
         _apply(settings, changes)
@@ -122,9 +185,14 @@ async def act(settings: Settings) -> result.Result:
             await host.restart_containerd(
                 settings.restart_command, settings.confirm_command, settings.restart_timeout
             )
+            if loaded is not None:  # only a containerd that answered before is held to it
+                await _confirm_loaded(settings, want)
             host.remove(marker)
             log.info(
-                "containerd_restarted", pending_before=pending, files=facts["containerd_files"]
+                "containerd_restarted",
+                pending_before=pending,
+                not_loaded_before=stale,
+                files=facts["containerd_files"],
             )
         if not enable:
             runtime_changed, state = await daemon.set_enabled(False)
@@ -188,6 +256,10 @@ async def run_async(settings: Settings) -> tuple[int, result.Result]:
     except JobAgentError as e:
         code, reason = _exit_code(e)
         outcome = _outcome(settings, False, reason, str(e))
+    except Exception as e:  # a bug or an input nobody foresaw: still a result the controller reads
+        log.exception("action_crashed", action=settings.action)
+        code = result.EXIT_FAILED
+        outcome = _outcome(settings, False, "InternalError", f"{type(e).__name__}: {e}")
     result.write(settings.termination_log, outcome)
     event = "action_succeeded" if outcome.succeeded else "action_failed"
     (log.info if outcome.succeeded else log.error)(

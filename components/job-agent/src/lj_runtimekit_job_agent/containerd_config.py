@@ -69,9 +69,13 @@ class Handler:
 
 
 def parse(text: str) -> dict[str, Any]:
-    """The config as plain data; raises :class:`MalformedConfig` with the parser's reason."""
+    """The config as plain data; raises :class:`MalformedConfig` with the parser's reason.
+
+    A leading UTF-8 byte order mark (an editor's, seen as U+FEFF) is not part of the TOML; the
+    edits keep it where it is.
+    """
     try:
-        return tomlkit.parse(text).unwrap()
+        return tomlkit.parse(text.removeprefix("\ufeff")).unwrap()
     except (TOMLKitError, ValueError) as e:
         raise MalformedConfig(f"containerd config is not valid TOML: {e}") from e
 
@@ -206,6 +210,9 @@ def without_handler(text: str) -> str:
     end = _block_end(lines, start, key)
     if start > 0 and not lines[start - 1].strip():
         start -= 1
+    elif start > 0 and end == len(lines):
+        # Appended to a file whose last line had no newline (see _insert): give it back as it was.
+        lines[start - 1] = lines[start - 1].rstrip("\r\n")
     result = "".join(lines[:start] + lines[end:])
     if handler_in(parse(result)) is not None:
         raise MalformedConfig(f"the {HANDLER} handler is defined more than once; fix it by hand")
@@ -220,12 +227,18 @@ def _insert(text: str, block: list[str] | None, handler: Handler | None = None) 
     """
     version = version_of(parse(text))
     lines = text.splitlines(keepends=True)
+    # A file written on Windows (CRLF) gets CRLF lines from us too, so it stays one style.
+    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     at, indent = _insertion_point(lines, version)
+    separator = [newline] if at > 0 else []
     if at > 0 and not lines[at - 1].endswith("\n"):
-        lines[at - 1] += "\n"
+        # No blank line then: that tells without_handler to take this newline away again.
+        lines[at - 1] += newline
+        separator = []
     if block is None:
-        block = render_block(version, handler or Handler(), indent if at > 0 else "")
-    return "".join(lines[:at] + (["\n", *block] if at > 0 else block) + lines[at:])
+        rendered = render_block(version, handler or Handler(), indent if at > 0 else "")
+        block = [line[:-1] + newline for line in rendered]
+    return "".join(lines[:at] + separator + block + lines[at:])
 
 
 def with_handler(text: str, handler: Handler | None = None) -> str:

@@ -25,14 +25,42 @@ def on_host(root: str, path: str) -> Path:
     return Path(root) / path.lstrip("/")
 
 
+class NotUtf8(HostFileError):
+    """A host file is not UTF-8 text (TOML files must be, and containerd reads them as such)."""
+
+
+def resolve(root: str, path: str | Path) -> Path:
+    """``path`` under ``root`` with its own symlinks followed as the host would: an absolute
+    target is a host path, so it is taken under ``root`` too. The link itself is kept: writes go
+    to the file it names (an operator's config managed elsewhere and linked stays linked)."""
+    current = Path(path)
+    for _ in range(40):  # the kernel's own limit on nested links
+        if not current.is_symlink():
+            return current
+        target = os.readlink(current)
+        current = on_host(root, target) if target.startswith("/") else current.parent / target
+    raise HostFileError(f"too many levels of symbolic links at {path}")
+
+
 def read(path: Path) -> str | None:
-    """The file's text, or None when it does not exist."""
+    """The file's text, or None when it does not exist.
+
+    UTF-8 only, a leading byte order mark kept as U+FEFF (so a write gives it back); anything
+    else (UTF-16, Latin-1, binary) raises :class:`NotUtf8` naming the file, before any edit.
+    """
     try:
-        return path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as e:
         raise HostFileError(f"cannot read {path}: {e.strerror}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise NotUtf8(
+            f"{path} is not UTF-8 text (byte {e.start}: {data[e.start : e.start + 4]!r}); "
+            "containerd reads its TOML config as UTF-8: convert the file (e.g. iconv) and retry"
+        ) from e
 
 
 def write_atomic(path: Path, text: str, backup: bool = True) -> Path | None:
@@ -43,23 +71,28 @@ def write_atomic(path: Path, text: str, backup: bool = True) -> Path | None:
     saved: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+        old = path.stat() if path.exists() else None
+        mode = old.st_mode & 0o7777 if old else 0o644
+        owner = (old.st_uid, old.st_gid) if old else None
         if backup and path.exists():
             saved = path.with_name(f"{path.name}.lj-runtimekit.bak")
-            _write_beside(saved, path.read_bytes(), mode)
-        _write_beside(path, text.encode(), mode)
+            _write_beside(saved, path.read_bytes(), mode, owner)
+        _write_beside(path, text.encode(), mode, owner)
     except OSError as e:
         raise HostFileError(f"cannot write {path}: {e.strerror}") from e
     return saved
 
 
-def _write_beside(path: Path, data: bytes, mode: int) -> None:
+def _write_beside(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        # The replaced file's owner too: a config owned by an operator's group stays theirs.
+        if owner is not None:
+            os.chown(tmp, *owner)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:

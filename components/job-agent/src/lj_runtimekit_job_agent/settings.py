@@ -81,6 +81,14 @@ class Settings:
         "<containerd config dir>/.lj-runtimekit-restart-pending.",
         "",
     )
+    containerd_socket: str = _doc(
+        "containerd's CRI socket, as the agent sees it, asked which handlers the running "
+        "containerd has loaded: a handler in the file but not loaded (an edit never followed by a "
+        "restart) is restarted, not reported done. The default reaches the host's socket through "
+        "host PID 1's root (the agent runs with hostPID), so no extra mount is needed. Empty: do "
+        "not ask; the file and the restart marker are then all the agent knows.",
+        "/proc/1/root/run/containerd/containerd.sock",
+    )
     restart_timeout: float = _doc("Seconds to wait for containerd to be back.", 60.0)
     rpc_timeout: float = _doc("Seconds one config daemon call may take.", 10.0)
     termination_log: str = _doc(
