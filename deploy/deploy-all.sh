@@ -2,14 +2,19 @@
 # Deploys or removes LJ RuntimeKit on the cluster kubectl points at (guide §3.3).
 #
 #   deploy/deploy-all.sh deploy   [--components=device-plugin,scheduler,exporter,controller] [--dry-run]
-#   deploy/deploy-all.sh undeploy [--components=...] [--dry-run] [--force]
+#   deploy/deploy-all.sh undeploy [--components=...] [--dry-run] [--force] [--yes] [--purge]
 #   deploy/deploy-all.sh verify   [--components=...]
 #
-# Every action first says which cluster it acts on (kubectl's current context and server).
+# Components: device-plugin, exporter, scheduler, controller (default: all).
+# Every action first says which cluster it acts on (kubectl's current context and server) and
+# where its log goes. undeploy then asks before it changes anything (type "yes"); --yes answers
+# for it (scripts, CI: without a terminal it refuses to run without --yes).
 # An undeploy of all components first switches the feature off on every node (guide §3.5): it
 # removes the node label, waits until the controller's disable Jobs have taken the lj-runtime
 # handler out of each node's containerd (DISABLE_TIMEOUT), and only then deletes the controller;
 # at the end no node keeps a label or annotation of the suite. --force goes on after a timeout.
+# The objects other things may use, the lj-runtime RuntimeClass and the NodeDevices CRD, stay
+# unless --purge is given (the NodeDevices objects of the nodes go with the device plugin).
 #
 # Environment:
 #   lj_runtimekit_version   image tag for every component (e.g. v1.13.0); unset: the tags written
@@ -18,18 +23,24 @@
 #   KUBECTL                 the kubectl to use (default: kubectl on PATH); KUBECONFIG as usual
 #   LJ_RUNTIMEKIT_LOG_DIR   where the log of this run goes (default: ./lj-runtimekit-deploy-logs)
 #   ROLLOUT_TIMEOUT         how long to wait for each rollout (default 300s)
-#   NODE_LABEL              the feature label of the nodes to run on (default lj_runtimekit_enable=true)
+#   NODE_LABEL              the feature label of the nodes to run on, key=value (default
+#                           lj_runtimekit_enable=true): written into the DaemonSets' and the
+#                           RuntimeClass' nodeSelector and the controller's and scheduler's
+#                           ConfigMaps (the scheduler knows only the value true)
 #   DISABLE_TIMEOUT         seconds an undeploy waits for the nodes to be disabled (default 600)
 #
-# It can be run again at any time: objects are applied, so a second run changes nothing.
+# It can be run again at any time: objects are applied, so a second run changes nothing and
+# reports every object "unchanged".
 # Objects shared by all components (the CRDs and the lj-runtime RuntimeClass) are applied on every
-# deploy and removed only by an undeploy of all components.
+# deploy and removed only by `undeploy --purge`.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 KUBECTL=${KUBECTL:-kubectl}
 NS=kube-system
-NODE_LABEL=${NODE_LABEL:-lj_runtimekit_enable=true}
+DEFAULT_LABEL_KEY=lj_runtimekit_enable
+DEFAULT_LABEL_VALUE=true
+NODE_LABEL=${NODE_LABEL:-$DEFAULT_LABEL_KEY=$DEFAULT_LABEL_VALUE}
 ROLLOUT_TIMEOUT=${ROLLOUT_TIMEOUT:-300s}
 DISABLE_TIMEOUT=${DISABLE_TIMEOUT:-600}
 ALL_COMPONENTS=(device-plugin exporter scheduler controller)
@@ -39,9 +50,11 @@ AGENT_JOBS=app.kubernetes.io/managed-by=lj-runtimekit-controller
 OUR_LABEL_PREFIX=lj-runtimekit.aliyun.com/
 OUR_ANNOTATION_PREFIXES=(lj-runtimekit-controller/ lj-runtimekit-device-plugin/ lj-runtimekit-scheduler/ lj-runtimekit-exporter/)
 MIN_SERVER_MINOR=30 # ValidatingAdmissionPolicy v1 (admissionregistration.k8s.io/v1)
+NODEDEVICES_CRD=nodedevices.lj-runtimekit.aliyun.com
 
+# The comment block at the top of this file, without the '# ' and without the code after it.
 usage() {
-  sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+  sed -n -e '2,/^set -euo/{' -e '/^#/!q' -e 's/^# \{0,1\}//' -e 'p' -e '}' "$0"
   exit "${1:-0}"
 }
 
@@ -49,18 +62,51 @@ ts() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 log() { echo "$(ts) [$1] ${*:2}"; }
 info() { log INFO "$@"; }
 warn() { log WARN "$@"; }
+# An error: what is wrong, then what to do about it. On stderr (which is the log once it runs).
 die() {
-  log ERROR "$1"
-  [[ -n ${2:-} ]] && log HINT "$2"
+  log ERROR "$1" >&2
+  [[ -z ${2:-} ]] || log HINT "$2" >&2
   exit 1
 }
 
-folder_of() { # component → manifest folder (the guide's names)
+folder_of() { # component → manifest folder (the guide's names); main() checked the name
   case $1 in
     device-plugin) echo deviceplugin ;;
-    scheduler | exporter | controller) echo "$1" ;;
-    *) die "unknown component '$1'" "known components: ${ALL_COMPONENTS[*]}" ;;
+    *) echo "$1" ;;
   esac
+}
+
+# --components=a,b: every name known (said here, not in a subshell whose message is lost), each
+# once, in the order given.
+select_components() {
+  local c k known
+  local -a given
+  selected=()
+  [[ -n $1 ]] || die "--components is empty" \
+    "name one or more of: ${ALL_COMPONENTS[*]} (comma-separated, e.g. --components=device-plugin,exporter), or leave it out for all"
+  IFS=, read -r -a given <<<"$1"
+  for c in "${given[@]}"; do
+    known=""
+    for k in "${ALL_COMPONENTS[@]}"; do [[ $c == "$k" ]] && known=1; done
+    [[ -n $known ]] || die "unknown component '$c' in --components=$1" \
+      "valid components: ${ALL_COMPONENTS[*]} (comma-separated, e.g. --components=device-plugin,exporter)"
+    wants "$c" || selected+=("$c")
+  done
+}
+
+# NODE_LABEL as key and value, checked as Kubernetes checks a label, before anything is applied:
+# a label no node can carry would leave the DaemonSets running nowhere.
+parse_node_label() {
+  local name='[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?'
+  local prefix='[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'
+  local hint="set NODE_LABEL=<key>=<value>, e.g. NODE_LABEL=lj_runtimekit_enable=true or NODE_LABEL=example.com/gpu=true"
+  [[ $NODE_LABEL == *=* ]] || die "NODE_LABEL='$NODE_LABEL' has no value (expected key=value)" "$hint"
+  label_key=${NODE_LABEL%%=*}
+  label_value=${NODE_LABEL#*=}
+  [[ $label_key =~ ^($prefix/)?$name$ && ${#label_key} -le 316 ]] ||
+    die "NODE_LABEL key '$label_key' is not a valid label key" "$hint"
+  [[ $label_value =~ ^$name$ ]] ||
+    die "NODE_LABEL value '$label_value' is not a valid label value (non-empty, at most 63 of A-Z a-z 0-9 - _ .)" "$hint"
 }
 
 workload_of() { # component → kind/name of what rolls out
@@ -70,7 +116,10 @@ workload_of() { # component → kind/name of what rolls out
   esac
 }
 
-# The manifests of a folder with the image registry and tag of this run, if given.
+# The manifests of a folder with the image registry and tag of this run, if given, and the node
+# label of NODE_LABEL wherever the manifests name the default one: the DaemonSets' and the
+# RuntimeClass' nodeSelector, the scheduler's featureLabel, the controller's label_key and
+# label_value. (Label keys and values cannot hold '|', the sed delimiter.)
 render() {
   local f
   for f in "$here/$1"/[0-9]*.yaml; do
@@ -78,8 +127,27 @@ render() {
     sed -E -e "" \
       ${LJ_RUNTIMEKIT_REGISTRY:+-e "s#([\"= ])[^\"= ]+/(lj-runtimekit-[a-z-]+):#\\1${LJ_RUNTIMEKIT_REGISTRY}/\\2:#"} \
       ${lj_runtimekit_version:+-e "s#(/lj-runtimekit-[a-z-]+):[A-Za-z0-9._-]+#\\1:${lj_runtimekit_version}#"} \
+      -e "/^ *#/! s|^( +)$DEFAULT_LABEL_KEY: \"$DEFAULT_LABEL_VALUE\"\$|\\1$label_key: \"$label_value\"|" \
+      -e "s|^( +featureLabel: )$DEFAULT_LABEL_KEY\$|\\1$label_key|" \
+      -e "s|^( +label_key: )$DEFAULT_LABEL_KEY\$|\\1$label_key|" \
+      -e "s|^( +label_value: )\"$DEFAULT_LABEL_VALUE\"\$|\\1\"$label_value\"|" \
       "$f"
   done
+}
+
+# The node label must reach every component that uses it; a manifest that names it some other
+# way would silently keep the default, so the rendered manifests are checked before applying.
+check_node_label() {
+  local folder=$1 rendered=$2 want
+  case $folder in
+    deviceplugin | exporter | common) want="$label_key: \"$label_value\"" ;;
+    scheduler) want="featureLabel: $label_key" ;;
+    controller) want="label_key: $label_key" ;;
+    *) return 0 ;;
+  esac
+  grep -qF -- "$want" <<<"$rendered" ||
+    die "NODE_LABEL=$NODE_LABEL did not reach deploy/$folder (no '$want' after rendering)" \
+      "deploy/$folder must name the node label as '$DEFAULT_LABEL_KEY: \"$DEFAULT_LABEL_VALUE\"' (nodeSelector), featureLabel or label_key/label_value; or deploy with the default NODE_LABEL"
 }
 
 k() { "$KUBECTL" "$@"; }
@@ -88,10 +156,9 @@ k() { "$KUBECTL" "$@"; }
 cluster() {
   command -v "$KUBECTL" >/dev/null || die "kubectl not found ($KUBECTL)" \
     "install kubectl or point KUBECTL at it"
-  local context server
-  context=$(k config current-context 2>/dev/null) || context="<none: in-cluster or KUBECONFIG without current-context>"
-  server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null) || server=""
-  info "cluster: context '$context', server ${server:-<unknown>}"
+  cluster_context=$(k config current-context 2>/dev/null) || cluster_context="<none: in-cluster or KUBECONFIG without current-context>"
+  cluster_server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null) || cluster_server=""
+  info "cluster: context '$cluster_context', server ${cluster_server:-<unknown>}"
 }
 
 preflight() {
@@ -109,6 +176,10 @@ preflight() {
   info "server is Kubernetes 1.$minor"
   k get namespace "$NS" >/dev/null || die "namespace $NS not found" "run: $KUBECTL get ns"
 
+  if wants scheduler && [[ $label_value != true ]]; then
+    die "NODE_LABEL=$NODE_LABEL: the scheduler places pods only on nodes whose label $label_key is \"true\"" \
+      "use NODE_LABEL=$label_key=true, or deploy without the scheduler (--components=device-plugin,exporter,controller)"
+  fi
   if wants device-plugin || wants exporter; then
     local labelled
     labelled=$(k get nodes -l "$NODE_LABEL" -o name | wc -l)
@@ -143,9 +214,21 @@ wants() {
   return 1
 }
 
+# Applies a folder; $2, the component of the folder, is restarted when its ConfigMap changed:
+# the components read their config once, at start.
 apply_folder() {
+  local rendered out
+  rendered=$(render "$1")
+  check_node_label "$1" "$rendered"
   info "apply deploy/$1"
-  render "$1" | k apply ${dry_run:+--dry-run=server} -f - | sed "s/^/$(ts) [INFO]   /"
+  out=$(k apply ${dry_run:+--dry-run=server} -f - <<<"$rendered") ||
+    die "kubectl apply of deploy/$1 failed (above)" \
+      "fix what the apiserver refused, then run the script again; nothing after deploy/$1 was applied"
+  sed "s/^/$(ts) [INFO]   /" <<<"$out"
+  if [[ -n ${2:-} && -z $dry_run ]] && grep -q "^configmap/lj-runtimekit-$2 configured" <<<"$out"; then
+    info "its ConfigMap changed: restart $(workload_of "$2") to read it"
+    k -n "$NS" rollout restart "$(workload_of "$2")" | sed "s/^/$(ts) [INFO]   /"
+  fi
 }
 
 delete_folder() {
@@ -161,7 +244,7 @@ deploy() {
   [[ -n $dry_run ]] || k wait --for=condition=Established --timeout=60s -f "$here/crds/" >/dev/null
   apply_folder common
   local c
-  for c in "${selected[@]}"; do apply_folder "$(folder_of "$c")"; done
+  for c in "${selected[@]}"; do apply_folder "$(folder_of "$c")" "$c"; done
   [[ -n $dry_run ]] && { info "dry run: nothing was changed"; return; }
   for c in "${selected[@]}"; do
     info "wait for $(workload_of "$c") to roll out (timeout $ROLLOUT_TIMEOUT)"
@@ -287,9 +370,26 @@ clean_nodes() {
   done
 }
 
+# undeploy changes a cluster for good: it names the cluster and asks, unless --yes answered.
+# Without a terminal to ask on, it refuses rather than guess.
+confirm_undeploy() {
+  local what="undeploy ${selected[*]}${purge:+ and the shared objects (--purge)} from context '$cluster_context' (server ${cluster_server:-<unknown>})"
+  if [[ -n $assume_yes ]]; then
+    info "--yes: $what"
+    return
+  fi
+  [[ -t 0 ]] || die "not confirmed: $what needs a yes, and stdin is not a terminal to ask on" \
+    "check the cluster above and run again with --yes (or --dry-run to see what it would do)"
+  local answer
+  read -r -p "$(ts) [ASK]  $what? Type yes to go on: " answer || answer=""
+  [[ $answer == yes ]] || die "not confirmed (answer '$answer'): nothing was changed" \
+    "run again and type yes, or pass --yes"
+}
+
 undeploy() {
   local i c all=""
   ((${#selected[@]} == ${#ALL_COMPONENTS[@]})) && all=1
+  [[ -n $dry_run ]] || confirm_undeploy
   if [[ -n $all ]]; then
     disable_nodes
   elif wants controller; then
@@ -307,14 +407,22 @@ undeploy() {
     info "delete the agent Jobs the controller kept (failed ones)"
     k -n "$NS" delete jobs -l "$AGENT_JOBS" --ignore-not-found ${dry_run:+--dry-run=server} |
       sed "s/^/$(ts) [INFO]   /"
-    delete_folder common
-    info "delete the shared objects (CRDs, RuntimeClass)"
-    k delete ${dry_run:+--dry-run=server} --ignore-not-found --wait=true -f "$here/crds/" |
-      sed "s/^/$(ts) [INFO]   /"
     info "remove the suite's labels and annotations from the nodes"
     clean_nodes
+  fi
+  if [[ -n $purge ]]; then
+    delete_folder common
+    info "delete the shared objects (CRDs with every NodeDevices, RuntimeClass): --purge"
+    k delete ${dry_run:+--dry-run=server} --ignore-not-found --wait=true -f "$here/crds/" |
+      sed "s/^/$(ts) [INFO]   /"
   else
-    info "kept the shared objects (CRDs, RuntimeClass): other components may use them"
+    if [[ -n $all ]] && k get crd "$NODEDEVICES_CRD" >/dev/null 2>&1; then
+      info "delete the nodes' NodeDevices (the device plugin's inventory; the CRD stays)"
+      k delete nodedevices --all --ignore-not-found ${dry_run:+--dry-run=server} |
+        sed "s/^/$(ts) [INFO]   /"
+    fi
+    info "kept the shared objects (CRD $NODEDEVICES_CRD, RuntimeClass lj-runtime): other things" \
+      "may use them; undeploy --purge removes them too"
   fi
   [[ -n $dry_run ]] && info "dry run: nothing was changed"
   info "undeploy done"
@@ -335,7 +443,12 @@ verify() {
       ready=$(k -n "$NS" get "$w" -o jsonpath='{.status.readyReplicas}' 2>/dev/null || echo "?")
     fi
     ready=${ready:-0}
-    if [[ $want != "?" && $ready == "$want" ]]; then
+    if [[ $w == daemonset/* && $want == 0 ]]; then
+      # 0/0 is no success: the node agent runs nowhere.
+      printf '%s [WARN]   %-32s ready 0/0: on no node (nodeSelector %s)\n' "$(ts)" "$w" \
+        "$(k -n "$NS" get "$w" -o jsonpath='{.spec.template.spec.nodeSelector}' 2>/dev/null || echo '?')"
+      failed=1
+    elif [[ $want != "?" && $ready == "$want" ]]; then
       printf '%s [INFO]   %-32s ready %s/%s\n' "$(ts)" "$w" "$ready" "$want"
     else
       printf '%s [WARN]   %-32s ready %s/%s\n' "$(ts)" "$w" "$ready" "$want"
@@ -360,40 +473,60 @@ verify() {
   info "all selected components are ready"
 }
 
+# Said last, whatever the outcome, so the log is found without scrolling back.
+finish() {
+  local rc=$?
+  info "log: $logfile"
+  # Let tee write everything before the caller sees the script end.
+  exec >&- 2>&-
+  wait "$tee_pid" 2>/dev/null || true
+  exit "$rc"
+}
+
 main() {
   [[ $# -ge 1 ]] || usage 2
   local action=$1 arg
   shift
-  dry_run="" force=""
+  case $action in
+    deploy | undeploy | verify) ;;
+    -h | --help | help) usage 0 ;;
+    *) die "unknown action '$action'" "use deploy, undeploy or verify (deploy-all.sh --help)" ;;
+  esac
+  dry_run="" force="" assume_yes="" purge=""
   local components=""
   for arg in "$@"; do
     case $arg in
       --components=*) components=${arg#--components=} ;;
       --dry-run) dry_run=1 ;;
       --force) force=1 ;;
+      --yes | -y) assume_yes=1 ;;
+      --purge) purge=1 ;;
       -h | --help) usage 0 ;;
-      *) echo "unknown argument: $arg" >&2; usage 2 ;;
+      *) die "unknown argument '$arg' for $action" \
+        "options: --components=<list> --dry-run, and for undeploy --force --yes --purge (deploy-all.sh --help)" ;;
     esac
   done
-  case $action in
-    deploy | undeploy | verify) ;;
-    -h | --help | help) usage 0 ;;
-    *) echo "unknown action: $action" >&2; usage 2 ;;
-  esac
+  [[ -z $purge || $action == undeploy ]] || die "--purge is an option of undeploy, not of $action" \
+    "run deploy-all.sh undeploy --purge to remove the shared objects too"
   if [[ -n $components ]]; then
-    IFS=, read -r -a selected <<<"$components"
-    local c
-    for c in "${selected[@]}"; do folder_of "$c" >/dev/null; done
+    select_components "$components"
   else
     selected=("${ALL_COMPONENTS[@]}")
   fi
+  [[ -z $purge || ${#selected[@]} == "${#ALL_COMPONENTS[@]}" ]] ||
+    die "--purge removes the objects all components share: it needs an undeploy of all components" \
+      "leave out --components, or leave out --purge"
+  parse_node_label
 
   local log_dir=${LJ_RUNTIMEKIT_LOG_DIR:-./lj-runtimekit-deploy-logs}
-  mkdir -p "$log_dir"
-  local logfile
+  mkdir -p "$log_dir" || die "cannot create the log directory $log_dir" \
+    "set LJ_RUNTIMEKIT_LOG_DIR to a writable directory"
   logfile="$log_dir/$action-$(date -u +%Y%m%dT%H%M%SZ)-$$.log"
   exec > >(tee -a "$logfile") 2>&1
-  info "deploy-all.sh $action components=${selected[*]}${dry_run:+ (dry run)} log=$logfile"
+  tee_pid=$!
+  trap finish EXIT
+  info "log: $logfile"
+  info "deploy-all.sh $action components=${selected[*]}${dry_run:+ (dry run)} node label $label_key=$label_value"
   info "images: registry=${LJ_RUNTIMEKIT_REGISTRY:-<as in the manifests>} version=${lj_runtimekit_version:-<as in the manifests>}"
   cluster
   "$action"

@@ -143,7 +143,8 @@ def undeploy(state: Path, *args: str, **env: str) -> tuple[subprocess.CompletedP
         **env,
     }
     done = subprocess.run(
-        [str(DEPLOY / "deploy-all.sh"), "undeploy", *args],
+        [str(DEPLOY / "deploy-all.sh"), "undeploy", "--yes", *args],
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         env=environ,
