@@ -65,6 +65,11 @@ async def hostile() -> AsyncIterator[HostileRuntime]:
 STRING_AT = {"GetVersion": (1,), "WatchDevices": (2, 1)}
 
 
+async def _drain(client: RuntimeClient, into: list[object]) -> None:
+    async for ev in client.watch():
+        into.append(ev)
+
+
 async def _call(client: RuntimeClient, method: str) -> object:
     if method == "GetVersion":
         return await client.version()
@@ -73,7 +78,9 @@ async def _call(client: RuntimeClient, method: str) -> object:
     if method == "WatchDevices":
         return [x async for x in client.watch()]
     if method == "Allocate":
-        return await client.allocate(pod=("ns", "p", "u"), container="c", resource="r", device_ids=["gpu-0"])
+        return await client.allocate(
+            pod=("ns", "p", "u"), container="c", resource="r", device_ids=["gpu-0"]
+        )
     if method == "Release":
         return await runtime.release(client, "a-1")
     if method == "ListAllocations":
@@ -139,14 +146,13 @@ async def test_a_stream_that_breaks_midway_is_a_clear_error(hostile: HostileRunt
         replies = [snapshot, tail] if tail is not None else [snapshot]
         hostile.answer("WatchDevices", *replies)
         client = RuntimeClient(str(hostile.socket_dir), 1.0)
-        got = []
+        got: list[object] = []
         try:
             with pytest.raises(error, match="WatchDevices"):
-                async for ev in client.watch():
-                    got.append(ev)
+                await _drain(client, got)
         finally:
             await client.close()
-        assert [k for k, _ in got] == ["snapshot"]
+        assert [ev[0] for ev in got] == ["snapshot"]  # type: ignore[index]
 
 
 class Registrar(api_pb2_grpc.RegistrationServicer):
@@ -189,7 +195,9 @@ async def _until(cond: Any, within_s: float = 20.0) -> None:
 
 
 @contextlib.asynccontextmanager
-async def daemon(hostile: HostileRuntime, plugin_dir: Path) -> AsyncIterator[tuple[str, Stop, asyncio.Task[None]]]:
+async def daemon(
+    hostile: HostileRuntime, plugin_dir: Path
+) -> AsyncIterator[tuple[str, Stop, asyncio.Task[None]]]:
     s = load(
         [
             "--socket-dir",
@@ -240,9 +248,13 @@ async def test_plugin_survives_garbage_keeps_its_devices_and_says_so(
 ) -> None:
     hostile.answer("GetVersion", version_reply())
     hostile.answer("ListDevices", gpus())
-    hostile.answer("WatchDevices", device_pb2.WatchDevicesResponse(
-        type=device_pb2.DEVICE_EVENT_TYPE_SNAPSHOT, devices=gpus().devices
-    ), NOT_PROTOBUF)
+    hostile.answer(
+        "WatchDevices",
+        device_pb2.WatchDevicesResponse(
+            type=device_pb2.DEVICE_EVENT_TYPE_SNAPSHOT, devices=gpus().devices
+        ),
+        NOT_PROTOBUF,
+    )
     reg = Registrar()
     async with kubelet(reg) as plugin_dir, daemon(hostile, plugin_dir) as (url, stop, task):
         await _until(lambda: {"aliyun.com/gpu", "aliyun.com/gpu-core"} <= set(reg.ok))
@@ -251,9 +263,11 @@ async def test_plugin_survives_garbage_keeps_its_devices_and_says_so(
         hostile.answer("GetVersion", NOT_PROTOBUF)
         await _until(lambda: hostile.calls("GetVersion") >= 4)
         status, text = await _get(url + "/healthz")
-        assert not task.done() and not stop.fatal
+        assert not task.done()
+        assert not stop.fatal
         assert status == 200, text
-        assert "degraded" in text and "not a valid reply" in text, text
+        assert "degraded" in text, text
+        assert "not a valid reply" in text, text
         _, metrics = await _get(url + "/metrics")
         assert 'lj_device_plugin_runtime_invalid_replies_total{method="GetVersion"}' in metrics
         # the kubelet still gets the last known devices
@@ -275,8 +289,10 @@ async def test_plugin_facing_garbage_from_the_start_stays_up_and_names_the_metho
         await _until(lambda: hostile.calls("GetVersion") >= 2)
         status, text = await _get(url + "/healthz")
         assert status == 503
-        assert "DeviceService.GetVersion" in text and "not a valid reply" in text, text
-        assert not task.done() and not stop.fatal
+        assert "DeviceService.GetVersion" in text, text
+        assert "not a valid reply" in text, text
+        assert not task.done()
+        assert not stop.fatal
         # and it recovers without a restart once the Runtime answers sanely
         hostile.answer("GetVersion", version_reply())
         hostile.answer("ListDevices", gpus())
@@ -299,4 +315,5 @@ async def test_a_refused_registration_is_retried_while_others_stay_registered(
         assert reg.refused == ["aliyun.com/gpu-core"] * 2
         assert reg.ok.count("aliyun.com/gpu") == 1, "the registered one was left alone"
         status, text = await _get(url + "/healthz")
-        assert status == 200 and text.startswith("ok"), text
+        assert status == 200, text
+        assert text.startswith("ok"), text

@@ -105,7 +105,7 @@ class HostileRuntime:
     def _behaviour(self, method: str) -> Behaviour:
         return self.behaviours.setdefault(method, Behaviour())
 
-    def _unary(self, method: str) -> grpc.RpcMethodHandler:
+    def _unary(self, method: str) -> grpc.RpcMethodHandler[bytes, bytes]:
         async def handle(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
             b = self._behaviour(method)
             b.calls += 1
@@ -121,7 +121,7 @@ class HostileRuntime:
             handle, request_deserializer=_identity, response_serializer=_identity
         )
 
-    def _stream(self, method: str) -> grpc.RpcMethodHandler:
+    def _stream(self, method: str) -> grpc.RpcMethodHandler[bytes, bytes]:
         async def handle(
             request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
         ) -> AsyncIterator[bytes]:
@@ -141,14 +141,19 @@ class HostileRuntime:
         )
 
     async def start(self) -> None:
-        for service, socket in ((DEVICE_SERVICE, sockets.DEVICE_SOCKET), (MONITOR_SERVICE, sockets.MONITOR_SOCKET)):
+        for service, socket in (
+            (DEVICE_SERVICE, sockets.DEVICE_SOCKET),
+            (MONITOR_SERVICE, sockets.MONITOR_SOCKET),
+        ):
             handlers = {
                 m: (self._stream(m) if streams else self._unary(m))
                 for m, (svc, streams) in METHODS.items()
                 if svc == service
             }
             server = grpc.aio.server()
-            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+            server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(service, handlers),)
+            )
             server.add_insecure_port(sockets.unix_target(str(self.socket_dir / socket)))
             await server.start()
             self._servers.append(server)
@@ -170,7 +175,9 @@ def socket_dir() -> Iterator[Path]:
 
 
 def version_reply(*capabilities: str) -> device_pb2.GetVersionResponse:
-    return device_pb2.GetVersionResponse(version="hostile", api_version="v1", capabilities=capabilities)
+    return device_pb2.GetVersionResponse(
+        version="hostile", api_version="v1", capabilities=capabilities
+    )
 
 
 def metrics_reply(*devices: monitor_pb2.DeviceMetrics) -> monitor_pb2.GetDeviceMetricsResponse:

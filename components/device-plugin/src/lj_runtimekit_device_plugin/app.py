@@ -137,6 +137,7 @@ def _handshake(
     *,
     room: Reclaimer,
     metrics: PluginMetrics,
+    inventory: Inventory,
 ) -> Any:
     async def mark(pod: PodView, update: MarkUpdate) -> None:
         await mark_pod(api, pod.namespace, pod.name, pod.uid, update)
@@ -147,7 +148,16 @@ def _handshake(
 
     if api is None or pods is None:
         return None
-    return SharedHandshake(client, names, s.node_name, pods, mark, post_event=event, room=room)
+    return SharedHandshake(
+        client,
+        names,
+        s.node_name,
+        pods,
+        mark,
+        post_event=event,
+        room=room,
+        devices=lambda: inventory.view().devices,
+    )
 
 
 def ours(names: ResourceNames) -> Callable[[str], bool]:
@@ -264,7 +274,9 @@ async def serve(
         client,
         names,
         s.allocate_timeout,
-        _handshake(s, client, names, api, pods, room=reclaimer, metrics=metrics),
+        _handshake(
+            s, client, names, api, pods, room=reclaimer, metrics=metrics, inventory=inventory
+        ),
         release_stale=reclaimer.release_stale,
         check=annotation_check(s.annotation_patterns, metrics),
         pods=pods,

@@ -172,6 +172,7 @@ def candidates(
     units: int,
     claimed: Iterable[tuple[str, str, str]] = (),
     held: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
+    paid: Mapping[str, str] | None = None,
 ) -> list[Candidate]:
     """(pod, container) pairs on ``node`` not yet answered for ``resource``, asking exactly
     ``units`` of it.
@@ -197,6 +198,9 @@ def candidates(
             if pod.requests.get(name, {}).get(resource) != units:
                 continue
             if units_asked(shares, kind) != units or not _shared(shares):
+                continue
+            asked = pod.requests.get(name, {})
+            if paid and any(units_asked(shares, k) != asked.get(r, 0) for k, r in paid.items()):
                 continue
             prior = held.get((pod.uid, name)) or next(iter(answered.values()), ())
             out.append(Candidate(pod, name, _shared(shares), a.assumed_at, prior))

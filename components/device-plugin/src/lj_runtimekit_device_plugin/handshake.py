@@ -22,6 +22,7 @@ from .allocate import RoomMaker, allocate_making_room
 from .assignment import (
     Candidate,
     PodView,
+    Share,
     WholeIntent,
     WholePending,
     candidates,
@@ -30,8 +31,9 @@ from .assignment import (
     with_mark,
 )
 from .errors import DevicePluginError, PermanentError
+from .headroom import share_error
 from .kube import Conflict, MarkUpdate
-from .model import GIB, Allocation, Injection
+from .model import GIB, Allocation, Device, Injection
 from .resources import ResourceNames
 from .runtime import RuntimeClient, allocations, release
 
@@ -77,7 +79,10 @@ class SharedHandshake:
         *,
         post_event: EventPoster | None = None,
         room: RoomMaker | None = None,
+        devices: Callable[[], Sequence[Device]] | None = None,
     ) -> None:
+        self.devices = devices
+        """This node's known devices, to check a share fits before asking the Runtime."""
         self.room = room
         self.post_event = post_event
         self._warned: set[tuple[str, str]] = set()
@@ -183,6 +188,7 @@ class SharedHandshake:
                 units=len(units),
                 claimed=self._claimed,
                 held=self._held,
+                paid={"gpu-core": self.names.gpu_core, "gpu-memory": self.names.gpu_memory},
             )
             c, ambiguous = unique(found)
             if c is None and ambiguous:
@@ -225,6 +231,7 @@ class SharedHandshake:
                 ids = c.allocated
                 injection = await self._injection_of(ids)
             else:
+                await self._check_room(resource, c)
                 for share in c.shares:
                     fresh.append(
                         await allocate_making_room(
@@ -264,6 +271,35 @@ class SharedHandshake:
             reused=bool(c.allocated),
         )
         return injection
+
+    async def _check_room(self, resource: str, c: Candidate) -> None:
+        """Refuse a share the device cannot take (see :mod:`headroom`), after one prompt
+        reconcile pass (containers that are gone may still hold it)."""
+        if self.devices is None:
+            return
+        error = None
+        for attempt in (1, 2):
+            live = await allocations(self.client)
+            inventory = {d.id: d for d in self.devices()}
+            given: list[Share] = []
+            for share in c.shares:
+                error = share_error(share, inventory, live, also=given)
+                if error:
+                    break
+                given.append(share)
+            if error is None:
+                return
+            if attempt == 1 and self.room is not None:
+                await self.room.prompt()
+                continue
+            break
+        message = (
+            f"{resource}: container {c.container}: the pod's lj-runtimekit-scheduler/"
+            f"gpu-assignment cannot be followed: {error}; refused rather than over-commit the "
+            "device (was the annotation written by someone other than the scheduler?)"
+        )
+        await self.warn([c.pod], "GpuAssignmentRefused", message)
+        raise PermanentError(message)
 
     async def _injection_of(self, ids: tuple[str, ...]) -> Injection:
         known = self._injections.get(ids)

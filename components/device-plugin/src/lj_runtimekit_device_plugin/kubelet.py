@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
@@ -13,6 +14,11 @@ class PodsUnavailable(TemporaryError):
     """The kubelet's /pods did not answer or answered something else than a PodList."""
 
 
+#: A node's pod list is a few MiB at most (110 pods of a few KiB): more is not a PodList, and
+#: reading it whole would let one bad answer take the plugin's memory.
+MAX_PODS_BYTES = 64 << 20
+
+
 async def kubelet_pods(url: str, timeout_s: float = 2.0) -> list[dict[str, Any]]:
     try:
         async with (
@@ -21,8 +27,11 @@ async def kubelet_pods(url: str, timeout_s: float = 2.0) -> list[dict[str, Any]]
         ):
             if r.status != 200:
                 raise PodsUnavailable(f"kubelet {url} answered {r.status}")
-            doc = await r.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            body = await r.content.read(MAX_PODS_BYTES + 1)
+            if len(body) > MAX_PODS_BYTES:
+                raise PodsUnavailable(f"kubelet {url} answered more than {MAX_PODS_BYTES} bytes")
+            doc = json.loads(body)
+    except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as e:
         raise PodsUnavailable(
             f"kubelet {url}: {e!r}; is the read-only port open? Otherwise set "
             "--pods-source=apiserver"

@@ -10,25 +10,40 @@ from .reconcile import PodState
 
 
 def _units(q: Any) -> int | None:
+    """A count of extended-resource units (the API allows whole numbers only); None otherwise."""
+    if isinstance(q, bool) or not isinstance(q, str | int):
+        return None
     try:
-        return int(str(q))
+        n = int(str(q))
     except ValueError:
         return None
+    return n if n >= 0 else None
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
 
 
 def pod_view(obj: Mapping[str, Any]) -> PodView | None:
-    """The view of one pod object in API JSON; None when it is not shaped like a pod."""
+    """The view of one pod object in API JSON; None when it is not shaped like a pod.
+
+    Total over any JSON: a field of the wrong type reads as absent (the kubelet's answer is
+    outside input; one odd pod must not fail the others)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     if not isinstance(meta, dict) or not isinstance(spec, dict):
         return None
     requests: dict[str, dict[str, int]] = {}
-    for c in spec.get("containers") or []:
+    for c in _list(spec.get("containers")):
         if not isinstance(c, dict) or not isinstance(c.get("name"), str):
             continue
-        res = c.get("resources") or {}
-        limits = {**(res.get("requests") or {}), **(res.get("limits") or {})}
-        requests[c["name"]] = {k: n for k, v in limits.items() if (n := _units(v)) is not None}
+        res = _dict(c.get("resources"))
+        limits = {**_dict(res.get("requests")), **_dict(res.get("limits"))}
+        requests[c["name"]] = {str(k): n for k, v in limits.items() if (n := _units(v)) is not None}
     ann = meta.get("annotations") or {}
     status = obj.get("status") or {}
     return PodView(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -134,6 +135,10 @@ class Settings:
         return str(getattr(self, "resource_" + kind.replace("-", "_")))
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, str) and "\x00" in v:
+                raise ConfigError(f"{f.name} {v!r}: a NUL character is not allowed")
         for choice, allowed in (
             ("mig_strategy", MIG_STRATEGIES),
             ("pods_source", PODS_SOURCES),
@@ -161,7 +166,8 @@ class Settings:
             "reconcile_interval",
             "release_grace",
         ):
-            if not getattr(self, name) > 0:
+            # inf would make a Runtime call or a pass wait forever: every wait must be bounded
+            if not 0 < getattr(self, name) < math.inf:
                 raise ConfigError(f"{name} {getattr(self, name)}: expected a positive number")
 
 
@@ -200,9 +206,11 @@ def parser() -> argparse.ArgumentParser:
 
 def _from_file(path: str) -> dict[str, Any]:
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise ConfigError(f"config file {path}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8: byte {e.start}: {e.reason}") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
     if not isinstance(doc, dict):
@@ -212,7 +220,7 @@ def _from_file(path: str) -> dict[str, Any]:
         raise ConfigError(
             f"config file {path}: version {version!r} unknown, expected {CONFIG_VERSION!r}"
         )
-    unknown = sorted(set(doc) - set(FIELDS))
+    unknown = sorted(str(k) for k in set(doc) - set(FIELDS))  # YAML keys need not be strings
     if unknown:
         raise ConfigError(f"config file {path}: unknown keys {unknown}; known: {sorted(FIELDS)}")
     return doc
