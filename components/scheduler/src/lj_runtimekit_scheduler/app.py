@@ -14,12 +14,12 @@ from typing import Any
 import structlog
 
 from . import logs
-from .errors import PermanentError, SchedulerError
+from .errors import PermanentError
+from .events import EventRecorder
 from .informer import Informers, tasks
 from .kube import Kube
 from .leader import Elector
 from .metrics import Metrics
-from .model import Pod
 from .queue import SchedulingQueue
 from .scheduler import Scheduler, build_profile
 from .server import create_server
@@ -27,25 +27,6 @@ from .settings import Settings
 from .state import ClusterState
 
 log = structlog.get_logger("lj_runtimekit_scheduler.app")
-
-
-class EventRecorder:
-    """Events are best effort and never block the cycle."""
-
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
-        self.pending: set[asyncio.Task[None]] = set()
-
-    def event(self, pod: Pod, kind: str, reason: str, message: str) -> None:
-        task = asyncio.create_task(self._send(pod, kind, reason, message))
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
-
-    async def _send(self, pod: Pod, kind: str, reason: str, message: str) -> None:
-        try:
-            await self.kube.event(pod, kind, reason, message)
-        except SchedulerError as e:
-            log.warning("event_not_recorded", pod=pod.key, reason=reason, error=str(e)[:200])
 
 
 def _guard(name: str, coro: Coroutine[Any, Any, None], stop: asyncio.Event) -> asyncio.Task[None]:
@@ -78,7 +59,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
         queue=queue,
         profile=build_profile(settings, state, metrics),
         binder=kube,
-        recorder=EventRecorder(kube),
+        recorder=EventRecorder(kube, interval_s=settings.event_series_interval_s),
         metrics=metrics,
     )
     informers = Informers(kube, settings, state, queue, sched.poke)

@@ -69,6 +69,10 @@ class TokenBucket:
             raise
 
 
+def _micro_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _error(status: int, body: bytes, what: str) -> Exception:
     text = body[:300].decode(errors="replace")
     if status in (409, 422, 400, 403, 404):
@@ -206,13 +210,15 @@ class Kube:
         }
         await self._call("POST", path, f"bind pod {pod.key} to {node}", body)
 
-    async def event(self, pod: Pod, kind: str, reason: str, message: str) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        body = {
+    async def event(self, pod: Pod, kind: str, reason: str, message: str, count: int = 1) -> str:
+        """Create an ``events.k8s.io/v1`` Event about ``pod``; returns its name."""
+        now = _micro_now()
+        name = f"{pod.name}.{time.time_ns():x}"
+        body: Json = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             # named as client-go names them: <object>.<unix nanoseconds in hex>
-            "metadata": {"name": f"{pod.name}.{time.time_ns():x}", "namespace": pod.namespace},
+            "metadata": {"name": name, "namespace": pod.namespace},
             "eventTime": now,
             "type": kind,
             "reason": reason,
@@ -228,8 +234,24 @@ class Kube:
                 "uid": pod.uid,
             },
         }
+        if count > 1:  # the API wants a series only from the second occurrence on
+            body["series"] = {"count": count, "lastObservedTime": now}
         path = f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events"
         await self._call("POST", path, f"event on {pod.key}", body, bucket=self.event_limit)
+        return name
+
+    async def event_series(self, pod: Pod, name: str, count: int) -> None:
+        """Raise an Event's ``series.count``: the one field of an Event that may change."""
+        body = {"series": {"count": count, "lastObservedTime": _micro_now()}}
+        path = f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events/{name}"
+        await self._call(
+            "PATCH",
+            path,
+            f"event series on {pod.key}",
+            body,
+            content_type="application/merge-patch+json",
+            bucket=self.event_limit,
+        )
 
     # -- the leader Lease
     async def get_lease(self, namespace: str, name: str) -> Json | None:

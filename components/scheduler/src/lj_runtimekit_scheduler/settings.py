@@ -15,6 +15,7 @@ The config file (mounted from the ConfigMap) is YAML with ``version: v1``::
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -97,6 +98,10 @@ class Settings:
     gang_timeout_s: float = 60.0
     """After this long incomplete, a gang gets one GangIncomplete warning (it holds nothing while
     it waits, so there is nothing to give back)."""
+    event_series_interval_s: float = 30.0
+    """Repeats of one Event (same pod, reason and note but its numbers) only raise its
+    ``series.count``, written at most this often per Event (client-go's recorder: 30 min for
+    its heartbeat; shorter here so ``kubectl describe`` shows a count that moves)."""
     resources: ResourceNames = field(default_factory=ResourceNames)
     """Extended resource names of whole GPUs, GPU core and memory shares and PPUs. Config keys
     ``resource_gpu``, ``resource_gpu_core``, ``resource_gpu_memory``, ``resource_ppu``: the same
@@ -109,6 +114,30 @@ class Settings:
         "network.topology/rack",
     )
     """Node labels of the network-topology levels, widest first; gangs pack into the smallest."""
+
+    def __post_init__(self) -> None:
+        # Flags and environment reach here unchecked: say which one is wrong, before any I/O.
+        for name in (
+            "lease_duration_s",
+            "qps",
+            "backoff_initial_s",
+            "backoff_max_s",
+            "unschedulable_retry_s",
+            "assume_ttl_s",
+            "gang_timeout_s",
+            "confirm_timeout_s",
+            "event_series_interval_s",
+        ):
+            if not _positive(getattr(self, name)):
+                raise ConfigError(f"{name} {getattr(self, name)!r}: expected a positive number")
+        if self.burst < 1:
+            raise ConfigError(f"burst {self.burst}: expected 1 or more")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port {self.metrics_port}: expected 0 to 65535")
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise ConfigError(f"log_level {self.log_level!r}: expected debug, info, warning, error")
+        if not self.scheduler_name:
+            raise ConfigError("scheduler_name: expected a non-empty name")
 
 
 ENV = {
@@ -160,9 +189,9 @@ def parse_file(data: Any, source: str) -> dict[str, Any]:
         "confirmTimeoutSeconds",
         *RESOURCE_KEYS,
     }
-    unknown = set(data) - known
+    unknown = sorted(str(k) for k in set(data) - known)  # YAML keys may be numbers or null
     if unknown:
-        raise ConfigError(f"{source}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+        raise ConfigError(f"{source}: unknown keys {unknown}; known: {sorted(known)}")
     out: dict[str, Any] = {}
     if "schedulerName" in data:
         out["scheduler_name"] = _str(data["schedulerName"], source, "schedulerName")
@@ -183,8 +212,8 @@ def parse_file(data: Any, source: str) -> dict[str, Any]:
         ("confirmTimeoutSeconds", "confirm_timeout_s"),
     ):
         if key in data:
-            if not isinstance(data[key], int | float) or data[key] <= 0:
-                raise ConfigError(f"{source}: {key} must be a positive number")
+            if not _positive(data[key]):
+                raise ConfigError(f"{source}: {key} must be a positive number, got {data[key]!r}")
             out[attr] = float(data[key])
     if "plugins" in data:
         out["plugins"] = _plugins(data["plugins"], source)
@@ -207,6 +236,16 @@ def _resource_names(data: Mapping[str, Any], source: str) -> ResourceNames:
     if len(set(names.all)) != len(names.all):
         raise ConfigError(f"{source}: resource names must differ: {list(names.all)}")
     return names
+
+
+def _positive(value: Any) -> bool:
+    """A finite number above 0; YAML's true, .nan and .inf are none."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
 
 
 def _str(value: Any, source: str, key: str) -> str:
