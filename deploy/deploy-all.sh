@@ -493,10 +493,10 @@ main() {
     *) die "unknown action '$action'" "use deploy, undeploy or verify (deploy-all.sh --help)" ;;
   esac
   dry_run="" force="" assume_yes="" purge=""
-  local components=""
+  local components="" components_given=""
   for arg in "$@"; do
     case $arg in
-      --components=*) components=${arg#--components=} ;;
+      --components=*) components=${arg#--components=} components_given=1 ;;
       --dry-run) dry_run=1 ;;
       --force) force=1 ;;
       --yes | -y) assume_yes=1 ;;
@@ -508,7 +508,7 @@ main() {
   done
   [[ -z $purge || $action == undeploy ]] || die "--purge is an option of undeploy, not of $action" \
     "run deploy-all.sh undeploy --purge to remove the shared objects too"
-  if [[ -n $components ]]; then
+  if [[ -n $components_given ]]; then
     select_components "$components"
   else
     selected=("${ALL_COMPONENTS[@]}")

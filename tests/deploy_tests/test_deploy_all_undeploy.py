@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 import sys
 import time
@@ -134,7 +135,9 @@ def fake(tmp_path: Path) -> Path:
     return path
 
 
-def undeploy(state: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+def undeploy(
+    state: Path, *args: str, yes: bool = True, stdin: int | None = subprocess.DEVNULL, **env: str
+) -> tuple[subprocess.CompletedProcess[str], Any]:
     environ = {
         **os.environ,
         "KUBECTL": str(state.parent / "kubectl"),
@@ -143,8 +146,8 @@ def undeploy(state: Path, *args: str, **env: str) -> tuple[subprocess.CompletedP
         **env,
     }
     done = subprocess.run(
-        [str(DEPLOY / "deploy-all.sh"), "undeploy", "--yes", *args],
-        stdin=subprocess.DEVNULL,
+        [str(DEPLOY / "deploy-all.sh"), "undeploy", *(["--yes"] if yes else []), *args],
+        stdin=stdin,
         capture_output=True,
         text=True,
         env=environ,
@@ -176,6 +179,9 @@ def test_undeploy_disables_every_node_before_the_controller_goes_and_leaves_noth
     assert "every node is disabled" in out
     assert out.index("every node is disabled") < out.index("delete deploy/controller")
     assert "agent-jobs" in st["deleted"]
+    assert "RuntimeClass/lj-runtime" not in st["deleted"], "shared: kept without --purge"
+    assert not [d for d in st["deleted"] if "crds" in d], "shared: kept without --purge"
+    assert "kept the shared objects" in out and "undeploy --purge removes them too" in out
     for name, n in st["nodes"].items():
         assert LABEL not in n["labels"], name
         assert not [k for k in n["labels"] if k.startswith("lj-runtimekit.aliyun.com/")], name
@@ -284,8 +290,9 @@ def test_undeploy_on_a_real_apiserver_waits_for_the_disable_and_cleans_the_nodes
     )
     assert deploy.returncode == 0, deploy.stdout
     script = subprocess.Popen(
-        [str(DEPLOY / "deploy-all.sh"), "undeploy"],
+        [str(DEPLOY / "deploy-all.sh"), "undeploy", "--yes", "--purge"],
         env=env,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -315,3 +322,65 @@ def test_undeploy_on_a_real_apiserver_waits_for_the_disable_and_cleans_the_nodes
         assert LABEL not in meta["labels"], name
         assert not [x for x in meta["labels"] if x.startswith("lj-runtimekit.aliyun.com/")]
         assert not [x for x in meta.get("annotations", {}) if x.startswith("lj-runtimekit-")]
+
+
+def changes(st: Any) -> list[str]:
+    return [c for c in st["calls"] if c.startswith(("label", "annotate", "delete"))]
+
+
+def test_purge_also_removes_the_shared_runtime_class_and_crds(fake: Path) -> None:
+    done, st = undeploy(fake, "--purge")
+    assert done.returncode == 0, done.stdout
+    assert "RuntimeClass/lj-runtime" in st["deleted"]
+    assert [d for d in st["deleted"] if d.endswith("/crds/")], st["deleted"]
+
+
+def test_purge_needs_all_components(fake: Path) -> None:
+    done, st = undeploy(fake, "--purge", "--components=exporter")
+    assert done.returncode == 1
+    assert "--purge removes the objects all components share" in done.stderr
+    assert "[HINT]" in done.stderr
+    assert not st["calls"], "refused before touching the cluster"
+
+
+def test_without_yes_and_without_a_terminal_undeploy_names_the_cluster_and_changes_nothing(
+    fake: Path,
+) -> None:
+    done, st = undeploy(fake, yes=False)
+    assert done.returncode == 1
+    out = done.stdout
+    assert (
+        "not confirmed: undeploy device-plugin exporter scheduler controller from context " in out
+    )
+    assert "'ctx-test' (server https://fake-apiserver:6443)" in out
+    assert "run again with --yes" in out
+    assert not changes(st)
+
+
+@pytest.mark.parametrize(("answer", "goes_on"), [("yes", True), ("no", False), ("", False)])
+def test_on_a_terminal_undeploy_asks_and_only_yes_goes_on(
+    fake: Path, answer: str, goes_on: bool
+) -> None:
+    primary, secondary = pty.openpty()
+    try:
+        os.write(primary, f"{answer}\n".encode())
+        done, st = undeploy(fake, yes=False, stdin=secondary)
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert "context 'ctx-test' (server https://fake-apiserver:6443)? Type yes" in done.stdout
+    assert (done.returncode == 0) is goes_on, done.stdout
+    assert bool(changes(st)) is goes_on
+    if not goes_on:
+        assert "not confirmed" in done.stdout and "nothing was changed" in done.stdout
+
+
+def test_the_log_file_is_named_first_and_last_and_holds_the_run(fake: Path) -> None:
+    done, _ = undeploy(fake)
+    lines = done.stdout.strip().splitlines()
+    first, last = lines[0], lines[-1]
+    assert "[INFO] log: " in first and "[INFO] log: " in last
+    path = Path(first.split("[INFO] log: ", 1)[1])
+    assert path == Path(last.split("[INFO] log: ", 1)[1])
+    assert path.parent == fake.parent / "logs"
+    assert "every node is disabled" in path.read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -45,16 +46,20 @@ class Kubectl:
     def json(self, *args: str) -> Any:
         return json.loads(self(*args, "-o", "json").stdout)
 
-    def deploy_all(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    def deploy_all(
+        self, *args: str, check: bool = True, **env: str
+    ) -> subprocess.CompletedProcess[str]:
         out = subprocess.run(
             [str(DEPLOY / "deploy-all.sh"), *args],
             env={**self.env, **env},
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=600,
             check=False,
         )
-        assert out.returncode == 0, f"deploy-all.sh {' '.join(args)} failed:\n{out.stdout}"
+        if check:
+            assert out.returncode == 0, f"deploy-all.sh {' '.join(args)} failed:\n{out.stdout}"
         return out
 
     def resource_versions(self) -> dict[tuple[str, str, str], str]:
@@ -109,7 +114,7 @@ def k(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ku
     cluster.create_gpu_nodes(2, prefix="deploy-off")
     kubectl = Kubectl(cluster, tmp_path_factory.mktemp("deploy-logs"))
     yield kubectl
-    kubectl.deploy_all("undeploy")
+    kubectl.deploy_all("undeploy", "--yes", "--purge")
 
 
 @pytest.fixture(scope="module")
@@ -139,11 +144,67 @@ def test_deploy_brings_every_workload_to_ready_on_labelled_nodes_only(
     )
 
 
-def test_a_second_deploy_changes_nothing(k: Kubectl, deployed: Any) -> None:
+APPLIED = re.compile(r"\[INFO\]   (\S+/\S+) (created|configured|unchanged|restarted)$", re.M)
+
+
+def test_a_second_deploy_changes_nothing_and_says_so(k: Kubectl, deployed: Any) -> None:
     before = k.resource_versions()
     assert len(before) == len(static_objects())
-    k.deploy_all("deploy")
+    again = k.deploy_all("deploy")
     assert k.resource_versions() == before
+    said = dict(APPLIED.findall(again.stdout))
+    assert len(said) == len(static_objects()), again.stdout
+    # kubectl says "configured" whenever its patch is not empty, even when the apiserver then
+    # stores nothing new: a manifest that differs from what the apiserver keeps (a field it
+    # defaults) would look like a change on every run.
+    assert {o: v for o, v in said.items() if v != "unchanged"} == {}
+
+
+def test_the_node_label_reaches_every_component_and_a_node_agent_on_no_node_is_not_ready(
+    k: Kubectl, deployed: Any
+) -> None:
+    """NODE_LABEL=example.com/lj-gpu=true on one node: the DaemonSets run there only, the
+    RuntimeClass selects it, the scheduler and controller read that label (restarted to read
+    it). Then no node has the label: verify says the node agents run nowhere."""
+    (node, *_) = sorted(labelled_nodes(k))
+    label = "example.com/lj-gpu"
+    k("label", "node", node, f"{label}=true")
+    try:
+        out = k.deploy_all("deploy", NODE_LABEL=f"{label}=true")
+        assert f"node label {label}=true" in out.stdout
+        for c in DS:
+            ds = k.json("-n", NS, "get", f"daemonset/lj-runtimekit-{c}")
+            assert ds["spec"]["template"]["spec"]["nodeSelector"] == {label: "true"}, c
+            poll(lambda c=c: {p["spec"]["nodeName"] for p in pods_of(k, c)} == {node}, c)
+        rc = k.json("get", "runtimeclass", "lj-runtime")
+        assert rc["scheduling"]["nodeSelector"] == {label: "true"}
+        config = {
+            c: yaml.safe_load(
+                k.json("-n", NS, "get", "configmap", f"lj-runtimekit-{c}")["data"]["config.yaml"]
+            )
+            for c in DEPLOYMENTS
+        }
+        assert config["scheduler"]["featureLabel"] == label
+        assert (config["controller"]["label_key"], config["controller"]["label_value"]) == (
+            label,
+            "true",
+        )
+        for c in DEPLOYMENTS:
+            assert f"restart deployment/lj-runtimekit-{c} to read it" in out.stdout, c
+
+        k("label", "node", node, f"{label}-")
+        poll(lambda: not pods_of(k, "exporter"), "the exporter gone from the unlabelled node")
+        verify = k.deploy_all("verify", check=False, NODE_LABEL=f"{label}=true")
+        assert verify.returncode == 1
+        (line,) = [ln for ln in verify.stdout.splitlines() if "/lj-runtimekit-exporter " in ln]
+        assert "[WARN]" in line and "ready 0/0: on no node" in line, line
+        assert "all selected components are ready" not in verify.stdout
+    finally:
+        k("label", "node", node, f"{label}-", check=False)
+        k.deploy_all("deploy")
+    for c in DS:
+        ds = k.json("-n", NS, "get", f"daemonset/lj-runtimekit-{c}")
+        assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"lj_runtimekit_enable": "true"}
 
 
 def test_one_component_deploy_touches_only_that_component_and_rolls_back(
@@ -243,7 +304,15 @@ def test_device_plugin_token_may_label_its_own_node_and_no_other(
     assert "forbidden" in denied.stderr.lower()
 
 
-def test_undeploy_leaves_nothing_behind(k: Kubectl, deployed: Any) -> None:
-    k.deploy_all("undeploy")
+def test_undeploy_keeps_the_shared_objects_and_purge_leaves_nothing_behind(
+    k: Kubectl, deployed: Any
+) -> None:
+    k.deploy_all("undeploy", "--yes")
+    assert set(k.resource_versions()) == {
+        ("CustomResourceDefinition", "", "nodedevices.lj-runtimekit.aliyun.com"),
+        ("RuntimeClass", "", "lj-runtime"),
+    }
+    assert k("get", "nodedevices", "-o", "name").stdout == "", "the nodes' inventories go"
+    k.deploy_all("undeploy", "--yes", "--purge")
     assert k.resource_versions() == {}
     poll(lambda: not any(pods_of(k, c) for c in (*DS, *DEPLOYMENTS)), "the pods gone", 120)
