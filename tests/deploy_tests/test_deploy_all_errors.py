@@ -50,7 +50,8 @@ def test_help_is_the_header_comment_without_the_code_after_it(calls: Path) -> No
         assert done.returncode == 0
         assert done.stdout.startswith("Deploys or removes LJ RuntimeKit"), done.stdout[:80]
         assert "set -euo pipefail" not in done.stdout
-        assert "--yes" in done.stdout and "--purge" in done.stdout
+        assert "--yes" in done.stdout
+        assert "--purge" in done.stdout
         assert done.stdout.rstrip().endswith("removed only by `undeploy --purge`.")
 
 
@@ -96,10 +97,11 @@ def test_a_refusal_says_what_is_wrong_and_what_to_do_and_touches_nothing(
 ) -> None:
     done = run(calls, *args, **env)
     assert done.returncode == 1
-    errors = [ln for ln in done.stderr.splitlines() if "[ERROR]" in ln]
-    assert errors and error in errors[0], done.stderr
-    hints = [ln for ln in done.stderr.splitlines() if "[HINT]" in ln]
-    assert hints and hint in hints[0], done.stderr
+    (error_line, hint_line) = done.stderr.splitlines()
+    assert "[ERROR]" in error_line
+    assert error in error_line
+    assert "[HINT]" in hint_line
+    assert hint in hint_line
     assert calls.read_text() == "", "refused before any kubectl call"
 
 

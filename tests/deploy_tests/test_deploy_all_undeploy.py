@@ -181,7 +181,8 @@ def test_undeploy_disables_every_node_before_the_controller_goes_and_leaves_noth
     assert "agent-jobs" in st["deleted"]
     assert "RuntimeClass/lj-runtime" not in st["deleted"], "shared: kept without --purge"
     assert not [d for d in st["deleted"] if "crds" in d], "shared: kept without --purge"
-    assert "kept the shared objects" in out and "undeploy --purge removes them too" in out
+    assert "kept the shared objects" in out
+    assert "undeploy --purge removes them too" in out
     for name, n in st["nodes"].items():
         assert LABEL not in n["labels"], name
         assert not [k for k in n["labels"] if k.startswith("lj-runtimekit.aliyun.com/")], name
@@ -372,14 +373,16 @@ def test_on_a_terminal_undeploy_asks_and_only_yes_goes_on(
     assert (done.returncode == 0) is goes_on, done.stdout
     assert bool(changes(st)) is goes_on
     if not goes_on:
-        assert "not confirmed" in done.stdout and "nothing was changed" in done.stdout
+        assert "not confirmed" in done.stdout
+        assert "nothing was changed" in done.stdout
 
 
 def test_the_log_file_is_named_first_and_last_and_holds_the_run(fake: Path) -> None:
     done, _ = undeploy(fake)
     lines = done.stdout.strip().splitlines()
     first, last = lines[0], lines[-1]
-    assert "[INFO] log: " in first and "[INFO] log: " in last
+    assert "[INFO] log: " in first
+    assert "[INFO] log: " in last
     path = Path(first.split("[INFO] log: ", 1)[1])
     assert path == Path(last.split("[INFO] log: ", 1)[1])
     assert path.parent == fake.parent / "logs"

@@ -197,7 +197,8 @@ def test_the_node_label_reaches_every_component_and_a_node_agent_on_no_node_is_n
         verify = k.deploy_all("verify", check=False, NODE_LABEL=f"{label}=true")
         assert verify.returncode == 1
         (line,) = [ln for ln in verify.stdout.splitlines() if "/lj-runtimekit-exporter " in ln]
-        assert "[WARN]" in line and "ready 0/0: on no node" in line, line
+        assert "[WARN]" in line
+        assert "ready 0/0: on no node" in line
         assert "all selected components are ready" not in verify.stdout
     finally:
         k("label", "node", node, f"{label}-", check=False)
