@@ -125,7 +125,7 @@ def test_the_scrape_config_keeps_the_exporters_pod_labels_and_finds_only_suite_s
     (job,) = yaml.safe_load((KIT / "scrape-config.yaml").read_text())["scrape_configs"]
     assert job["honor_labels"] is True
     (sd,) = job["kubernetes_sd_configs"]
-    assert sd["role"] == "endpoints"
+    assert sd["role"] == "endpointslice"
     keep = job["relabel_configs"][0]
     assert keep["action"] == "keep"
     assert keep["regex"] == "lj-runtimekit;metrics"
