@@ -68,7 +68,11 @@ class Exporter:
         self._runner: web.AppRunner | None = None
 
     def healthy(self) -> tuple[bool, str]:
-        """Alive when the poll task runs and finished a round within three intervals (or 35 s)."""
+        """Alive when the poll task runs and finished a round within three intervals (or 35 s).
+
+        A peer that misbehaves (a Runtime answering garbage, a pod source away) does not fail
+        it: the exporter keeps serving what it can, and restarting would not mend the peer; it
+        reads 200 ``degraded`` with each source's reason instead."""
         task = self._poll_task
         if task is None or task.done():
             return False, "poll loop not running"
@@ -78,7 +82,23 @@ class Exporter:
         limit = max(3 * self.settings.poll_interval, 35.0)
         if age > limit:
             return False, f"last poll finished {age:.0f}s ago"
+        problems = self.poller.problems
+        if problems:
+            return True, "degraded: " + "; ".join(f"{k}: {v}" for k, v in sorted(problems.items()))
         return True, "ok"
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The error that ended the poll loop, if it ended on one."""
+        task = self._poll_task
+        if task is None or not task.done() or task.cancelled():
+            return None
+        return task.exception()
+
+    async def wait_failed(self) -> None:
+        """Return when the poll loop ends on its own (it only ends on an error or a stop)."""
+        if self._poll_task is not None:
+            await asyncio.wait({self._poll_task})
 
     async def start(self) -> None:
         if self.pods is not None:
@@ -98,7 +118,7 @@ class Exporter:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("poll_loop_crashed", effect="/healthz now fails; the pod restarts")
+            log.exception("poll_loop_crashed", effect="the exporter exits 1; the pod restarts")
             raise
 
     async def stop(self) -> None:
@@ -119,7 +139,8 @@ class Exporter:
         await self.runtime.close()
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings) -> bool:
+    """Serve until a signal; False when it stopped because the poll loop failed."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = 0
@@ -138,9 +159,18 @@ async def serve(settings: Settings) -> None:
     exporter = Exporter(settings)
     try:
         await exporter.start()
-        await stop.wait()
+        stopping = asyncio.create_task(stop.wait())
+        failing = asyncio.create_task(exporter.wait_failed())
+        await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        failing.cancel()
+        failed = exporter.failed
     finally:
         await exporter.stop()
+    if failed is not None:
+        log.error("exporter_failed", error=repr(failed), exit_code=1)
+        return False
+    return True
 
 
 def run(settings: Settings) -> int:
@@ -149,7 +179,7 @@ def run(settings: Settings) -> int:
     )
     log.info("effective_config", **dataclasses.asdict(settings))
     try:
-        asyncio.run(serve(settings))
+        ok = asyncio.run(serve(settings))
     except ConfigError as e:
         log.error("exporter_not_started", error=str(e))
         return 2
@@ -160,4 +190,4 @@ def run(settings: Settings) -> int:
             check=f"is {settings.listen_address}:{settings.port} free? (--port)",
         )
         return 1
-    return 0
+    return 0 if ok else 1

@@ -12,10 +12,8 @@ import asyncio
 import contextlib
 from typing import Any
 
-import aiohttp
 import structlog
 from kubernetes_asyncio import client, config, watch
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from .errors import ConfigError
 from .kubelet import PodsUnavailable
@@ -24,13 +22,24 @@ from .snapshot import Pod
 log = structlog.get_logger(__name__)
 
 
-def _pod(obj: Any) -> Pod:
+def _pod(obj: Any) -> Pod | None:
+    """The pod, or None for an object that is not shaped like one (left out, never fatal)."""
+    meta = getattr(obj, "metadata", None)
+    ns, name = getattr(meta, "namespace", None), getattr(meta, "name", None)
+    if not isinstance(ns, str) or not isinstance(name, str):
+        return None
+    uid = getattr(meta, "uid", None)
+    phase = getattr(getattr(obj, "status", None), "phase", None)
     return Pod(
-        namespace=obj.metadata.namespace,
-        name=obj.metadata.name,
-        uid=obj.metadata.uid or "",
-        phase=(obj.status.phase if obj.status is not None else None) or "Unknown",
+        namespace=ns,
+        name=name,
+        uid=uid if isinstance(uid, str) else "",
+        phase=phase if isinstance(phase, str) and phase else "Unknown",
     )
+
+
+class _Malformed(Exception):
+    """The apiserver answered something that is not a pod list or watch event."""
 
 
 class ApiserverPods:
@@ -68,6 +77,10 @@ class ApiserverPods:
             await self._api.close()
 
     async def pods(self) -> tuple[Pod, ...]:
+        task = self._task
+        if task is not None and task.done():
+            # never: _run retries every failure; if it ended anyway, a stale cache is no answer
+            raise PodsUnavailable(f"the apiserver pod watch for node {self._node} ended")
         if not self._synced:
             raise PodsUnavailable(
                 f"no pod list from the apiserver yet for node {self._node}: check the "
@@ -81,7 +94,11 @@ class ApiserverPods:
             try:
                 await self._list_and_watch()
                 failures = 0
-            except (ApiException, aiohttp.ClientError, OSError, TimeoutError, _Expired) as e:
+            except Exception as e:  # noqa: BLE001 - logged and retried, below
+                # Besides ApiException, connection errors and _Expired, the client raises
+                # ValueError for what its models refuse and a bare Exception for a malformed
+                # watch line: all are a bad answer this time, retried with backoff, never
+                # ending the task (a dead watch would leave pods() without an answer for good).
                 failures += 1
                 delay = min(2.0 ** (failures - 1), 30.0)
                 log.warning(
@@ -99,9 +116,13 @@ class ApiserverPods:
         core = client.CoreV1Api(self._api)
         selector = f"spec.nodeName={self._node}"
         listed = await core.list_pod_for_all_namespaces(field_selector=selector)
-        self._pods = {p.metadata.uid: _pod(p) for p in listed.items}
+        items = getattr(listed, "items", None)
+        if not isinstance(items, list):
+            raise _Malformed(f"the pod list for node {self._node} has no items")
+        pods = {p.uid: p for p in map(_pod, items) if p is not None}
+        self._pods = pods
         self._synced = True
-        rv = listed.metadata.resource_version
+        rv = getattr(listed.metadata, "resource_version", None)
         while True:
             async with watch.Watch().stream(
                 core.list_pod_for_all_namespaces,
@@ -112,16 +133,21 @@ class ApiserverPods:
                 _request_timeout=330,
             ) as stream:
                 async for event in stream:
-                    kind, obj = event["type"], event["object"]
+                    if not isinstance(event, dict):
+                        raise _Malformed(f"watch event {event!r:.200}")
+                    kind, obj = event.get("type"), event.get("object")
                     if kind == "ERROR":
                         raise _Expired(str(obj))
-                    rv = obj.metadata.resource_version or rv
+                    rv = getattr(getattr(obj, "metadata", None), "resource_version", None) or rv
                     if kind == "BOOKMARK":
                         continue
-                    if kind == "DELETED":
-                        self._pods.pop(obj.metadata.uid, None)
+                    pod = _pod(obj)
+                    if pod is None:
+                        log.warning("apiserver_pod_event_skipped", event_type=kind, node=self._node)
+                    elif kind == "DELETED":
+                        self._pods.pop(pod.uid, None)
                     else:
-                        self._pods[obj.metadata.uid] = _pod(obj)
+                        self._pods[pod.uid] = pod
 
 
 class _Expired(Exception):

@@ -4,6 +4,7 @@ read-only ``/pods`` (default port 10255)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
@@ -13,6 +14,10 @@ from lj_runtimekit_interface.podresources.v1 import api_pb2, api_pb2_grpc
 
 from .errors import TemporaryError
 from .snapshot import Held, Pod
+
+#: A node's pod list is a few MiB at most (110 pods of a few KiB); reading more would let one
+#: bad answer take the exporter's memory.
+MAX_PODS_BYTES = 64 << 20
 
 
 class PodsUnavailable(TemporaryError):
@@ -75,8 +80,14 @@ class KubeletPods:
                         f"kubelet {self._url} answered HTTP {resp.status}: is the read-only port "
                         "enabled (readOnlyPort: 10255)? Otherwise use --pods-source=apiserver"
                     )
-                doc = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+                body = await resp.content.read(MAX_PODS_BYTES + 1)
+                if len(body) > MAX_PODS_BYTES:
+                    raise PodsUnavailable(
+                        f"kubelet {self._url} answered more than {MAX_PODS_BYTES} bytes: not a "
+                        "node's pod list"
+                    )
+                doc = json.loads(body)
+        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as e:
             raise PodsUnavailable(
                 f"kubelet {self._url} unreachable ({e!r}): is the read-only port enabled "
                 "(readOnlyPort: 10255)? Otherwise use --pods-source=apiserver"
@@ -130,4 +141,9 @@ class PodResources:
                 f"kubelet pod-resources {self.socket}: {e.code().name} {e.details()}; is the "
                 "socket mounted into the exporter (hostPath /var/lib/kubelet/pod-resources)?"
             ) from e
+        if resp is None:  # grpc-aio's answer for a reply that did not parse
+            raise PodResourcesUnavailable(
+                f"kubelet pod-resources {self.socket}: List answered bytes that are not a "
+                "ListPodResourcesResponse (v1): is it the kubelet's socket?"
+            )
         return held_from_proto(resp)

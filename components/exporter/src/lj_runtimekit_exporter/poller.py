@@ -18,6 +18,7 @@ from tenacity import RetryCallState, wait_exponential
 
 from .collector import State
 from .errors import TemporaryError
+from .runtime import RuntimeGarbage
 from .snapshot import Held, Pod, RuntimeState, Snapshot
 
 log = structlog.get_logger(__name__)
@@ -77,6 +78,9 @@ class Poller:
         self._held_up: bool | None = None
         """Whether pod-resources answered last time (None: not asked yet)."""
         self._fallback = fallback
+        self.problems: dict[str, str] = {}
+        """Source → why it failed in the last round (runtime, pods, pod_resources), for
+        /healthz; empty when every source answered."""
         self.rounds = 0
         self.last_round_at = 0.0
         """Monotonic time the last round finished (for /healthz)."""
@@ -118,6 +122,9 @@ class Poller:
             self._version = None
             self._failures += 1
             self._state.stats.errors["runtime"] += 1
+            self.problems["runtime"] = str(e)
+            if isinstance(e, RuntimeGarbage):
+                self._count("runtime_invalid_reply")
             if self._failures == 1:
                 log.warning(
                     "runtime_unreachable",
@@ -129,7 +136,17 @@ class Poller:
         if self._failures:
             log.info("runtime_reconnected", node=self._state.node, after_attempts=self._failures)
         self._failures = 0
+        invalid = sorted(getattr(self._runtime, "invalid", ()))
+        if invalid:
+            self._count("runtime_invalid_reply", len(invalid))
+            self.problems["runtime"] = f"invalid replies from {', '.join(invalid)} (left out)"
+        else:
+            self.problems.pop("runtime", None)
         return rt
+
+    def _count(self, source: str, n: int = 1) -> None:
+        errors = self._state.stats.errors
+        errors[source] = errors.get(source, 0) + n
 
     async def _read_held(self) -> tuple[Held, ...] | None:
         if self._held is None:
@@ -137,9 +154,8 @@ class Poller:
         try:
             held = await self._held.held()
         except TemporaryError as e:
-            self._state.stats.errors["pod_resources"] = (
-                self._state.stats.errors.get("pod_resources", 0) + 1
-            )
+            self._count("pod_resources")
+            self.problems["pod_resources"] = str(e)
             if self._held_up is not False:
                 log.warning(
                     "attribution_source",
@@ -160,6 +176,7 @@ class Poller:
                 containers=len({(h.namespace, h.pod, h.container) for h in held}),
             )
         self._held_up = True
+        self.problems.pop("pod_resources", None)
         return held
 
     async def _read_pods(self) -> tuple[Pod, ...] | None:
@@ -169,6 +186,7 @@ class Poller:
             pods = await self._pods.pods()
         except TemporaryError as e:
             self._state.stats.errors["pods"] += 1
+            self.problems["pods"] = str(e)
             if not self._pods_failing:
                 log.warning(
                     "pod_list_unavailable",
@@ -181,6 +199,7 @@ class Poller:
         if self._pods_failing:
             log.info("pod_list_back", node=self._state.node, pods=len(pods))
         self._pods_failing = False
+        self.problems.pop("pods", None)
         self._last_pods = pods
         return pods
 

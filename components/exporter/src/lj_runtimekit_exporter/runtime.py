@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
+from typing import TypeVar
 
 import grpc
 import structlog
@@ -33,6 +34,7 @@ from .snapshot import (
 )
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 LIST_ALLOCATIONS = "DeviceService.ListAllocations"
 ALLOCATION_USAGE = "MonitorService.GetAllocationUsage"
@@ -52,8 +54,28 @@ class RuntimeUnavailable(TemporaryError):
     """The Runtime did not answer (socket missing, restarting, slow, or garbage)."""
 
 
+class RuntimeGarbage(RuntimeUnavailable):
+    """The Runtime answered bytes that are not the message its interface promises."""
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(
+            f"Runtime {method} on {path} answered bytes that are not a valid reply: is the "
+            "Runtime the version this exporter expects (lj.runtime.v1)?"
+        )
+        self.method = method
+
+
 class MethodMissing(PermanentError):
     """This Runtime does not implement a method."""
+
+
+def _answer(method: str, path: str, reply: T | None) -> T:
+    """grpc-aio hands back ``None`` for a reply that did not parse (not protobuf, a proto3
+    string that is not UTF-8): one clear error naming the method instead of an AttributeError
+    that ended the poll loop."""
+    if reply is None:
+        raise RuntimeGarbage(method, path)
+    return reply
 
 
 def _enum_name(enum: object, number: int, prefix: str) -> str:
@@ -141,6 +163,9 @@ class RuntimeClient:
         self._timeout = timeout
         self.missing: set[str] = set()
         """Optional methods found missing on the current Runtime (reset on reconnect)."""
+        self.invalid: set[str] = set()
+        """Optional methods whose reply did not parse in the last read (their part left out)."""
+        self.invalid_before: set[str] = set()
         self._open()
 
     def _open(self) -> None:
@@ -171,7 +196,7 @@ class RuntimeClient:
         await self._monitor_ch.close()
 
     def _unavailable(self, method: str, err: grpc.aio.AioRpcError) -> RuntimeUnavailable:
-        path = self._monitor_path if method.startswith("Monitor") else self._device_path
+        path = self._path_of(method)
         if not os.path.exists(path):
             return RuntimeUnavailable(
                 f"Runtime socket {path} not found: is the Runtime service running?"
@@ -200,6 +225,7 @@ class RuntimeClient:
                 log.warning("runtime_version_unknown", why="GetVersion is UNIMPLEMENTED")
                 return "unknown", "unknown"
             raise self._unavailable("DeviceService.GetVersion", e) from e
+        r = _answer("DeviceService.GetVersion", self._device_path, r)
         caps = set(r.capabilities)
         if caps:
             for method in _OPTIONAL:
@@ -215,15 +241,19 @@ class RuntimeClient:
             )
         except grpc.aio.AioRpcError as e:
             raise self._unavailable("DeviceService.ListDevices", e) from e
+        devices = _answer("DeviceService.ListDevices", self._device_path, devices)
+        self.invalid_before, self.invalid = self.invalid, set()
         samples: tuple[DeviceSample, ...] = ()
         if DEVICE_METRICS not in self.missing:
             try:
                 metrics = await self._monitor.GetDeviceMetrics(
                     monitor_pb2.GetDeviceMetricsRequest(), timeout=self._timeout
                 )
-                samples = tuple(sample_from_proto(m) for m in metrics.devices)
             except grpc.aio.AioRpcError as e:
                 self._optional_failed(DEVICE_METRICS, e)
+            else:
+                if self._parsed(DEVICE_METRICS, metrics):
+                    samples = tuple(sample_from_proto(m) for m in metrics.devices)
         allocations = await self._allocations()
         usage = await self._usage() if allocations is not None else None
         return RuntimeState(
@@ -245,6 +275,8 @@ class RuntimeClient:
         except grpc.aio.AioRpcError as e:
             self._optional_failed(LIST_ALLOCATIONS, e)
             return None
+        if not self._parsed(LIST_ALLOCATIONS, r):
+            return None
         return tuple(allocation_from_proto(a) for a in r.allocations)
 
     async def _usage(self) -> tuple[Usage, ...] | None:
@@ -257,10 +289,30 @@ class RuntimeClient:
         except grpc.aio.AioRpcError as e:
             self._optional_failed(ALLOCATION_USAGE, e)
             return None
+        if not self._parsed(ALLOCATION_USAGE, r):
+            return None
         return tuple(
             Usage(u.allocation_id, u.device_id, u.utilization_ratio, float(u.memory_used_bytes))
             for u in r.usage
         )
+
+    def _parsed(self, method: str, reply: object) -> bool:
+        """Whether an optional method's reply parsed; one that did not leaves that part out of
+        this round (the rest is served) and is remembered in ``invalid``."""
+        if reply is not None:
+            return True
+        if method not in self.invalid_before:
+            log.error(
+                "runtime_invalid_reply",
+                method=method,
+                error=str(RuntimeGarbage(method, self._path_of(method))),
+                effect="the metrics that need it are left out until it answers sanely",
+            )
+        self.invalid.add(method)
+        return False
+
+    def _path_of(self, method: str) -> str:
+        return self._monitor_path if method.startswith("Monitor") else self._device_path
 
     def _optional_failed(self, method: str, e: grpc.aio.AioRpcError) -> None:
         if e.code() == grpc.StatusCode.UNIMPLEMENTED:
