@@ -120,7 +120,7 @@ class Caller:
             auth_settings=["BearerToken"],
         )
         resp = self.api.call_api(*params, _request_timeout=30)
-        status, raw = resp.status, resp.read()
+        status, raw = resp.status, resp.read()  # type: ignore[no-untyped-call]
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         try:
             data = json.loads(text) if text.strip() else {}
@@ -173,6 +173,12 @@ def kubectl(cluster: Cluster, *args: str, stdin: str | None = None) -> str:
     return out.stdout
 
 
+def ok(reply: Reply, what: str) -> dict[str, Any]:
+    """The body of a reply that must have succeeded."""
+    assert 200 <= reply.status < 300, f"{what}: {reply.status} {reply.message}"
+    return reply.body
+
+
 def eventually(what: str, check: Callable[[], bool], deadline_s: float = 60.0) -> None:
     deadline = time.monotonic() + deadline_s
     while not check():
@@ -198,7 +204,9 @@ def pod_body(name: str, node: str | None, **spec: Any) -> Obj:
     return body
 
 
-def _token(core: client.CoreV1Api, account: str, pod: Obj | None) -> str:
+def _token(root: Caller, account: str, pod: Obj | None) -> str:
+    """A TokenRequest for ``account``, bound to ``pod`` when given (as the kubelet asks for the
+    token it mounts: the apiserver then adds the pod's node name to the token)."""
     spec: dict[str, Any] = {"audiences": [], "expirationSeconds": 3600}
     if pod is not None:
         meta = pod["metadata"]
@@ -208,10 +216,9 @@ def _token(core: client.CoreV1Api, account: str, pod: Obj | None) -> str:
             "name": meta["name"],
             "uid": meta["uid"],
         }
-    issued = core.create_namespaced_service_account_token(
-        account, NS, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-    )
-    return str(issued.status.token)
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    path = f"/api/v1/namespaces/{NS}/serviceaccounts/{account}/token"
+    return str(ok(root("POST", path, body), f"token of {account}")["status"]["token"])
 
 
 @pytest.fixture(scope="session")
@@ -233,38 +240,41 @@ def rig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     core = client.CoreV1Api(admin)
     run = uuid.uuid4().hex[:6]
     victims = f"sec-victims-{run}"
-    core.create_namespace({"metadata": {"name": victims}})
+    root = Caller(admin)
+    ok(root("POST", "/api/v1/namespaces", {"metadata": {"name": victims}}), "victims' namespace")
     tokens, unbound, holders = {}, {}, []
     for component, account in ACCOUNTS.items():
         body = pod_body(f"sec-{component}-{run}", own, serviceAccountName=account)
         if component == "job-agent":
             body["spec"]["automountServiceAccountToken"] = False
-        pod = admin.sanitize_for_serialization(core.create_namespaced_pod(NS, body))
+        pod = ok(root("POST", f"/api/v1/namespaces/{NS}/pods", body), f"{component} pod")
         holders.append(pod["metadata"]["name"])
-        tokens[component] = _token(core, account, pod)
-        unbound[component] = _token(core, account, None)
+        tokens[component] = _token(root, account, pod)
+        unbound[component] = _token(root, account, None)
     r = Rig(cluster, admin, own, other, victims, tokens, unbound, job_image())
     # Policies take effect once the apiserver has loaded them (and the controller's parameter).
     eventually(
         "the admission policies in force",
-        lambda: "may only change its own labels"
-        in r.as_("device-plugin")(
-            "PATCH",
-            f"/api/v1/nodes/{own}",
-            {"metadata": {"labels": {"sec-test/probe": "x"}}},
-        ).message
-        and "the controller may only create and renew its own Lease"
-        in r.as_("controller")(
-            "POST",
-            f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
-            {"metadata": {"name": f"probe-{run}"}, "spec": {}},
-        ).message
-        and "may only create and renew its own Lease lj-runtimekit-scheduler"
-        in r.as_("scheduler")(
-            "POST",
-            f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
-            {"metadata": {"name": f"probe-{run}"}, "spec": {}},
-        ).message,
+        lambda: (
+            "may only change its own labels"
+            in r.as_("device-plugin")(
+                "PATCH",
+                f"/api/v1/nodes/{own}",
+                {"metadata": {"labels": {"sec-test/probe": "x"}}},
+            ).message
+            and "the controller may only create and renew its own Lease"
+            in r.as_("controller")(
+                "POST",
+                f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
+                {"metadata": {"name": f"probe-{run}"}, "spec": {}},
+            ).message
+            and "may only create and renew its own Lease lj-runtimekit-scheduler"
+            in r.as_("scheduler")(
+                "POST",
+                f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
+                {"metadata": {"name": f"probe-{run}"}, "spec": {}},
+            ).message
+        ),
     )
     try:
         yield r
@@ -286,7 +296,7 @@ def rig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             )
         for node in (own, other):
             core.delete_node(node)
-        admin.close()
+        admin.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture(scope="session")

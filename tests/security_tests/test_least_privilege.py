@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from lj_runtimekit_controller import job_spec
 from lj_runtimekit_testkit.manifests import Obj
 
-from .conftest import NS, Reply, Rig, pod_body
+from .conftest import NS, Reply, Rig, ok, pod_body
 
 pytestmark = pytest.mark.cluster
 
@@ -41,24 +40,22 @@ class Objects:
 
 @pytest.fixture(scope="module")
 def objs(rig: Rig) -> Iterator[Objects]:
-    core = client.CoreV1Api(rig.admin)
     run = uuid.uuid4().hex[:6]
     o = Objects(f"tenant-{run}", f"elsewhere-{run}", f"pending-{run}", f"foreign-{run}")
-    core.create_namespaced_pod(rig.victims, pod_body(o.tenant, rig.own_node))
-    core.create_namespaced_pod(rig.victims, pod_body(o.elsewhere, rig.other_node))
-    core.create_namespaced_pod(
-        rig.victims, pod_body(o.pending, None, schedulerName="lj-runtimekit-scheduler")
-    )
-    batch = client.BatchV1Api(rig.admin)
+    pods = f"/api/v1/namespaces/{rig.victims}/pods"
+    ok(rig.root("POST", pods, pod_body(o.tenant, rig.own_node)), "tenant pod")
+    ok(rig.root("POST", pods, pod_body(o.elsewhere, rig.other_node)), "pod elsewhere")
+    pending = pod_body(o.pending, None, schedulerName="lj-runtimekit-scheduler")
+    ok(rig.root("POST", pods, pending), "pending pod")
     job = {
         "metadata": {"name": o.foreign_job},
         "spec": {"suspend": True, "template": {"spec": pod_body("x", None)["spec"]}},
     }
-    batch.create_namespaced_job(NS, job)
+    ok(rig.root("POST", JOBS, job), "a Job not of the suite")
     try:
         yield o
     finally:
-        batch.delete_namespaced_job(o.foreign_job, NS, propagation_policy="Background")
+        rig.root("DELETE", f"{JOBS}/{o.foreign_job}", {"propagationPolicy": "Background"})
 
 
 def agent_job(rig: Rig, node: str | None = None, action: str = "enable") -> Obj:
@@ -141,81 +138,519 @@ def _image(pod: str = "evil:latest") -> Obj:
 def _common(component: str, account: str) -> list[Attack]:
     """What no component may do at all."""
     return [
-        Attack(f"{component}-read-secrets", component, lambda r, o: ("GET", f"/api/v1/namespaces/{NS}/secrets", None), RBAC),
-        Attack(f"{component}-create-pod", component, lambda r, o: ("POST", f"/api/v1/namespaces/{r.victims}/pods", pod_body("evil", r.own_node)), RBAC),
-        Attack(f"{component}-exec-into-pod", component, lambda r, o: ("POST", f"{_pods(r, o.tenant)}/exec?command=sh&stdout=true", None), RBAC),
-        Attack(f"{component}-delete-pod", component, lambda r, o: ("DELETE", _pods(r, o.tenant), None), RBAC),
-        Attack(f"{component}-bind-cluster-admin", component, lambda r, o: ("POST", CRB, _escalate(account)), RBAC),
-        Attack(f"{component}-escalate-own-role", component, lambda r, o: ("PATCH", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{account}", {"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}), RBAC),
-        Attack(f"{component}-patch-node-status", component, lambda r, o: ("PATCH", f"{_node(r.own_node)}/status", {"status": {"capacity": {"aliyun.com/gpu": "99"}}}), RBAC),
-        Attack(f"{component}-create-daemonset", component, lambda r, o: ("POST", f"/apis/apps/v1/namespaces/{NS}/daemonsets", {"metadata": {"name": "evil"}}), RBAC),
-        Attack(f"{component}-delete-nodedevices", component, lambda r, o: ("DELETE", f"{ND}/{r.other_node}", None), RBAC),
-        Attack(f"{component}-take-another-lease", component, lambda r, o: ("PUT", f"{LEASES}/kube-controller-manager", _lease("kube-controller-manager")), RBAC),
-    ]  # fmt: skip
+        Attack(
+            f"{component}-read-secrets",
+            component,
+            lambda r, o: ("GET", f"/api/v1/namespaces/{NS}/secrets", None),
+            RBAC,
+        ),
+        Attack(
+            f"{component}-create-pod",
+            component,
+            lambda r, o: (
+                "POST",
+                f"/api/v1/namespaces/{r.victims}/pods",
+                pod_body("evil", r.own_node),
+            ),
+            RBAC,
+        ),
+        Attack(
+            f"{component}-exec-into-pod",
+            component,
+            lambda r, o: ("POST", f"{_pods(r, o.tenant)}/exec?command=sh&stdout=true", None),
+            RBAC,
+        ),
+        Attack(
+            f"{component}-delete-pod",
+            component,
+            lambda r, o: ("DELETE", _pods(r, o.tenant), None),
+            RBAC,
+        ),
+        Attack(
+            f"{component}-bind-cluster-admin",
+            component,
+            lambda r, o: ("POST", CRB, _escalate(account)),
+            RBAC,
+        ),
+        Attack(
+            f"{component}-escalate-own-role",
+            component,
+            lambda r, o: (
+                "PATCH",
+                f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{account}",
+                {"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
+            ),
+            RBAC,
+        ),
+        Attack(
+            f"{component}-patch-node-status",
+            component,
+            lambda r, o: (
+                "PATCH",
+                f"{_node(r.own_node)}/status",
+                {"status": {"capacity": {"aliyun.com/gpu": "99"}}},
+            ),
+            RBAC,
+        ),
+        Attack(
+            f"{component}-create-daemonset",
+            component,
+            lambda r, o: (
+                "POST",
+                f"/apis/apps/v1/namespaces/{NS}/daemonsets",
+                {"metadata": {"name": "evil"}},
+            ),
+            RBAC,
+        ),
+        Attack(
+            f"{component}-delete-nodedevices",
+            component,
+            lambda r, o: ("DELETE", f"{ND}/{r.other_node}", None),
+            RBAC,
+        ),
+        Attack(
+            f"{component}-take-another-lease",
+            component,
+            lambda r, o: (
+                "PUT",
+                f"{LEASES}/kube-controller-manager",
+                _lease("kube-controller-manager"),
+            ),
+            RBAC,
+        ),
+    ]
 
 
 ATTACKS: list[Attack] = [
     # --- the scheduler: it binds and posts Events; it never edits a pod
     *_common("scheduler", "lj-runtimekit-scheduler"),
-    Attack("scheduler-replace-image", "scheduler", lambda r, o: ("PATCH", _pods(r, o.tenant), _image(), "strategic"), RBAC),
-    Attack("scheduler-patch-pod-status", "scheduler", lambda r, o: ("PATCH", f"{_pods(r, o.tenant)}/status", {"status": {"phase": "Failed"}}), RBAC),
-    Attack("scheduler-annotate-pod", "scheduler", lambda r, o: ("PATCH", _pods(r, o.pending), {"metadata": {"annotations": {SCHED_ANN: "{}"}}}), RBAC),
-    Attack("scheduler-binding-carries-foreign-annotation", "scheduler", lambda r, o: ("POST", f"{_pods(r, o.pending)}/binding", _binding(o.pending, r.own_node, {"evil/key": "x"})), "may only carry the annotation"),
-    Attack("scheduler-binding-carries-device-plugin-mark", "scheduler", lambda r, o: ("POST", f"{_pods(r, o.pending)}/binding", _binding(o.pending, r.own_node, {SCHED_ANN: "{}", DP_ANN: "forged"})), "may only carry the annotation"),
-    Attack("scheduler-cordon-node", "scheduler", lambda r, o: ("PATCH", _node(r.own_node), {"spec": {"unschedulable": True}}), RBAC),
-    Attack("scheduler-renew-controller-lease", "scheduler", lambda r, o: ("PUT", f"{LEASES}/lj-runtimekit-controller", _lease("lj-runtimekit-controller")), RBAC),
-    Attack("scheduler-squat-controller-lease", "scheduler", lambda r, o: ("POST", LEASES, _lease("lj-runtimekit-controller")), "own Lease lj-runtimekit-scheduler"),
-    Attack("scheduler-write-nodedevices", "scheduler", lambda r, o: ("POST", ND, {"apiVersion": "lj-runtimekit.aliyun.com/v1", "kind": "NodeDevices", "metadata": {"name": "forged"}, "spec": {"nodeName": "forged"}}), RBAC),
+    Attack(
+        "scheduler-replace-image",
+        "scheduler",
+        lambda r, o: ("PATCH", _pods(r, o.tenant), _image(), "strategic"),
+        RBAC,
+    ),
+    Attack(
+        "scheduler-patch-pod-status",
+        "scheduler",
+        lambda r, o: ("PATCH", f"{_pods(r, o.tenant)}/status", {"status": {"phase": "Failed"}}),
+        RBAC,
+    ),
+    Attack(
+        "scheduler-annotate-pod",
+        "scheduler",
+        lambda r, o: (
+            "PATCH",
+            _pods(r, o.pending),
+            {"metadata": {"annotations": {SCHED_ANN: "{}"}}},
+        ),
+        RBAC,
+    ),
+    Attack(
+        "scheduler-binding-carries-foreign-annotation",
+        "scheduler",
+        lambda r, o: (
+            "POST",
+            f"{_pods(r, o.pending)}/binding",
+            _binding(o.pending, r.own_node, {"evil/key": "x"}),
+        ),
+        "may only carry the annotation",
+    ),
+    Attack(
+        "scheduler-binding-carries-device-plugin-mark",
+        "scheduler",
+        lambda r, o: (
+            "POST",
+            f"{_pods(r, o.pending)}/binding",
+            _binding(o.pending, r.own_node, {SCHED_ANN: "{}", DP_ANN: "forged"}),
+        ),
+        "may only carry the annotation",
+    ),
+    Attack(
+        "scheduler-cordon-node",
+        "scheduler",
+        lambda r, o: ("PATCH", _node(r.own_node), {"spec": {"unschedulable": True}}),
+        RBAC,
+    ),
+    Attack(
+        "scheduler-renew-controller-lease",
+        "scheduler",
+        lambda r, o: (
+            "PUT",
+            f"{LEASES}/lj-runtimekit-controller",
+            _lease("lj-runtimekit-controller"),
+        ),
+        RBAC,
+    ),
+    Attack(
+        "scheduler-squat-controller-lease",
+        "scheduler",
+        lambda r, o: ("POST", LEASES, _lease("lj-runtimekit-controller")),
+        "own Lease lj-runtimekit-scheduler",
+    ),
+    Attack(
+        "scheduler-write-nodedevices",
+        "scheduler",
+        lambda r, o: (
+            "POST",
+            ND,
+            {
+                "apiVersion": "lj-runtimekit.aliyun.com/v1",
+                "kind": "NodeDevices",
+                "metadata": {"name": "forged"},
+                "spec": {"nodeName": "forged"},
+            },
+        ),
+        RBAC,
+    ),
     Attack("scheduler-create-job", "scheduler", lambda r, o: ("POST", JOBS, agent_job(r)), RBAC),
     # --- the controller: agent Jobs from the pinned template, its own node annotations
     *_common("controller", "lj-runtimekit-controller"),
-    Attack("controller-job-other-image", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: c.update(image="evil/lj-runtimekit-controller-job-agent:v1.13.0"))), "job-agent image the controller Deployment names"),
-    Attack("controller-job-kube-system-account", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: p.update(serviceAccountName="clusterrole-aggregation-controller"))), "runs as ServiceAccount lj-runtimekit-job-agent"),
-    Attack("controller-job-with-token", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: p.update(automountServiceAccountToken=True))), "runs as ServiceAccount lj-runtimekit-job-agent"),
-    Attack("controller-job-host-root", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: p["volumes"].__setitem__(0, {"name": "containerd", "hostPath": {"path": "/"}}))), "mounts only"),
-    Attack("controller-job-extra-volume", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: p["volumes"].append({"name": "root", "hostPath": {"path": "/"}}))), "mounts only"),
-    Attack("controller-job-own-command", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: c.update(command=["sh", "-c", "id"]))), "own entrypoint"),
-    Attack("controller-job-other-action", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: c["args"].__setitem__(0, "shell"))), "own entrypoint"),
-    Attack("controller-job-other-node-arg", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: c["args"].__setitem__(1, f"--node-name={r.other_node}"))), "own entrypoint"),
-    Attack("controller-job-any-node", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: (p.pop("nodeName"), p.update(affinity={})))), "exactly"),
-    Attack("controller-job-host-network", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: p.update(hostNetwork=True))), "no host network"),
-    Attack("controller-job-init-container", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: p.update(initContainers=[{"name": "x", "image": "evil", "securityContext": {"privileged": True}}]))), "one container"),
-    Attack("controller-job-second-container", "controller", lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: p["containers"].append({**c, "name": "evil", "image": "evil"}))), "one container"),
-    Attack("controller-job-in-default", "controller", lambda r, o: ("POST", "/apis/batch/v1/namespaces/default/jobs", agent_job(r)), RBAC),
-    Attack("controller-delete-foreign-job", "controller", lambda r, o: ("DELETE", f"{JOBS}/{o.foreign_job}", None), "delete its own agent Jobs"),
-    Attack("controller-patch-job", "controller", lambda r, o: ("PATCH", f"{JOBS}/{o.foreign_job}", {"spec": {"suspend": False}}), RBAC),
-    Attack("controller-cordon-node", "controller", lambda r, o: ("PATCH", _node(r.own_node), {"spec": {"unschedulable": True}}), "never its spec (cordon, taints)"),
-    Attack("controller-taint-node", "controller", lambda r, o: ("PATCH", _node(r.own_node), {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}}), "never its spec (cordon, taints)"),
-    Attack("controller-label-node", "controller", lambda r, o: ("PATCH", _node(r.own_node), {"metadata": {"labels": {"lj_runtimekit_enable": "false"}}}), "never its spec (cordon, taints)"),
-    Attack("controller-foreign-node-annotation", "controller", lambda r, o: ("PATCH", _node(r.own_node), {"metadata": {"annotations": {"evil.example/owner": "attacker"}}}), "never its spec (cordon, taints)"),
-    Attack("controller-delete-node", "controller", lambda r, o: ("DELETE", _node(r.other_node), None), RBAC),
-    Attack("controller-squat-scheduler-lease", "controller", lambda r, o: ("POST", LEASES, _lease("lj-runtimekit-scheduler")), "own Lease lj-runtimekit-controller"),
-    Attack("controller-read-pod", "controller", lambda r, o: ("GET", _pods(r, o.tenant), None), RBAC),
+    Attack(
+        "controller-job-other-image",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(
+                r, lambda j, p, c: c.update(image="evil/lj-runtimekit-controller-job-agent:v1.13.0")
+            ),
+        ),
+        "job-agent image the controller Deployment names",
+    ),
+    Attack(
+        "controller-job-kube-system-account",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(
+                r, lambda j, p, c: p.update(serviceAccountName="clusterrole-aggregation-controller")
+            ),
+        ),
+        "runs as ServiceAccount lj-runtimekit-job-agent",
+    ),
+    Attack(
+        "controller-job-with-token",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(r, lambda j, p, c: p.update(automountServiceAccountToken=True)),
+        ),
+        "runs as ServiceAccount lj-runtimekit-job-agent",
+    ),
+    Attack(
+        "controller-job-host-root",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(
+                r,
+                lambda j, p, c: p["volumes"].__setitem__(
+                    0, {"name": "containerd", "hostPath": {"path": "/"}}
+                ),
+            ),
+        ),
+        "mounts only",
+    ),
+    Attack(
+        "controller-job-extra-volume",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(
+                r, lambda j, p, c: p["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
+            ),
+        ),
+        "mounts only",
+    ),
+    Attack(
+        "controller-job-own-command",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(r, lambda j, p, c: c.update(command=["sh", "-c", "id"])),
+        ),
+        "own entrypoint",
+    ),
+    Attack(
+        "controller-job-other-action",
+        "controller",
+        lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: c["args"].__setitem__(0, "shell"))),
+        "own entrypoint",
+    ),
+    Attack(
+        "controller-job-other-node-arg",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(r, lambda j, p, c: c["args"].__setitem__(1, f"--node-name={r.other_node}")),
+        ),
+        "own entrypoint",
+    ),
+    Attack(
+        "controller-job-any-node",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(r, lambda j, p, c: p.update(nodeName=None, affinity={})),
+        ),
+        "exactly",
+    ),
+    Attack(
+        "controller-job-host-network",
+        "controller",
+        lambda r, o: ("POST", JOBS, tampered(r, lambda j, p, c: p.update(hostNetwork=True))),
+        "no host network",
+    ),
+    Attack(
+        "controller-job-init-container",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(
+                r,
+                lambda j, p, c: p.update(
+                    initContainers=[
+                        {"name": "x", "image": "evil", "securityContext": {"privileged": True}}
+                    ]
+                ),
+            ),
+        ),
+        "one container",
+    ),
+    Attack(
+        "controller-job-second-container",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(
+                r, lambda j, p, c: p["containers"].append({**c, "name": "evil", "image": "evil"})
+            ),
+        ),
+        "one container",
+    ),
+    Attack(
+        "controller-job-in-default",
+        "controller",
+        lambda r, o: ("POST", "/apis/batch/v1/namespaces/default/jobs", agent_job(r)),
+        RBAC,
+    ),
+    Attack(
+        "controller-delete-foreign-job",
+        "controller",
+        lambda r, o: ("DELETE", f"{JOBS}/{o.foreign_job}", None),
+        "delete its own agent Jobs",
+    ),
+    Attack(
+        "controller-patch-job",
+        "controller",
+        lambda r, o: ("PATCH", f"{JOBS}/{o.foreign_job}", {"spec": {"suspend": False}}),
+        RBAC,
+    ),
+    Attack(
+        "controller-cordon-node",
+        "controller",
+        lambda r, o: ("PATCH", _node(r.own_node), {"spec": {"unschedulable": True}}),
+        "never its spec (cordon, taints)",
+    ),
+    Attack(
+        "controller-taint-node",
+        "controller",
+        lambda r, o: (
+            "PATCH",
+            _node(r.own_node),
+            {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}},
+        ),
+        "never its spec (cordon, taints)",
+    ),
+    Attack(
+        "controller-label-node",
+        "controller",
+        lambda r, o: (
+            "PATCH",
+            _node(r.own_node),
+            {"metadata": {"labels": {"lj_runtimekit_enable": "false"}}},
+        ),
+        "never its spec (cordon, taints)",
+    ),
+    Attack(
+        "controller-foreign-node-annotation",
+        "controller",
+        lambda r, o: (
+            "PATCH",
+            _node(r.own_node),
+            {"metadata": {"annotations": {"evil.example/owner": "attacker"}}},
+        ),
+        "never its spec (cordon, taints)",
+    ),
+    Attack(
+        "controller-delete-node",
+        "controller",
+        lambda r, o: ("DELETE", _node(r.other_node), None),
+        RBAC,
+    ),
+    Attack(
+        "controller-squat-scheduler-lease",
+        "controller",
+        lambda r, o: ("POST", LEASES, _lease("lj-runtimekit-scheduler")),
+        "own Lease lj-runtimekit-controller",
+    ),
+    Attack(
+        "controller-read-pod", "controller", lambda r, o: ("GET", _pods(r, o.tenant), None), RBAC
+    ),
     # --- the device plugin: its own node's device labels, its pods' allocation marks
     *_common("device-plugin", "lj-runtimekit-device-plugin"),
-    Attack("device-plugin-node-restriction-label", "device-plugin", lambda r, o: ("PATCH", _node(r.own_node), {"metadata": {"labels": {"node-restriction.kubernetes.io/gpu": "x"}}}), "may only change its own labels"),
-    Attack("device-plugin-foreign-label", "device-plugin", lambda r, o: ("PATCH", _node(r.own_node), {"metadata": {"labels": {"lj_runtimekit_enable": "false"}}}), "may only change its own labels"),
-    Attack("device-plugin-node-annotation", "device-plugin", lambda r, o: ("PATCH", _node(r.own_node), {"metadata": {"annotations": {CTL_ANN: "forged"}}}), "may only change its own labels"),
-    Attack("device-plugin-cordon-own-node", "device-plugin", lambda r, o: ("PATCH", _node(r.own_node), {"spec": {"unschedulable": True}}), "may only change its own labels"),
-    Attack("device-plugin-taint-own-node", "device-plugin", lambda r, o: ("PATCH", _node(r.own_node), {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}}), "may only change its own labels"),
-    Attack("device-plugin-label-other-node", "device-plugin", lambda r, o: ("PATCH", _node(r.other_node), {"metadata": {"labels": {LABEL: "x"}}}), "may only write its own node"),
-    Attack("device-plugin-replace-image-on-own-node", "device-plugin", lambda r, o: ("PATCH", _pods(r, o.tenant), _image(), "strategic"), "never its spec, image"),
-    Attack("device-plugin-relabel-pod", "device-plugin", lambda r, o: ("PATCH", _pods(r, o.tenant), {"metadata": {"labels": {"app": "evil"}}}), "never its spec, image"),
-    Attack("device-plugin-forge-scheduler-decision", "device-plugin", lambda r, o: ("PATCH", _pods(r, o.tenant), {"metadata": {"annotations": {SCHED_ANN: "forged"}}}), "never its spec, image"),
-    Attack("device-plugin-mark-pod-elsewhere", "device-plugin", lambda r, o: ("PATCH", _pods(r, o.elsewhere), {"metadata": {"annotations": {DP_ANN: "x"}}}), "may only write its own node"),
-    Attack("device-plugin-patch-pod-status", "device-plugin", lambda r, o: ("PATCH", f"{_pods(r, o.tenant)}/status", {"status": {"phase": "Failed"}}), RBAC),
-    Attack("device-plugin-other-nodedevices", "device-plugin", lambda r, o: ("POST", ND, {"apiVersion": "lj-runtimekit.aliyun.com/v1", "kind": "NodeDevices", "metadata": {"name": r.other_node}, "spec": {"nodeName": r.other_node}}), "may only write its own node"),
-    Attack("device-plugin-own-name-other-node", "device-plugin", lambda r, o: ("POST", ND, {"apiVersion": "lj-runtimekit.aliyun.com/v1", "kind": "NodeDevices", "metadata": {"name": r.own_node}, "spec": {"nodeName": r.other_node}}), "deletes none"),
-    Attack("device-plugin-read-pods-of-the-cluster", "device-plugin", lambda r, o: ("GET", f"/api/v1/namespaces/{r.victims}/pods/{o.tenant}/log", None), RBAC),
-    Attack("device-plugin-unbound-token-labels-node", "device-plugin", lambda r, o: ("PATCH", _node(r.own_node), {"metadata": {"labels": {LABEL: "x"}}}), "bound to its pod on a node", token="unbound"),
+    Attack(
+        "device-plugin-node-restriction-label",
+        "device-plugin",
+        lambda r, o: (
+            "PATCH",
+            _node(r.own_node),
+            {"metadata": {"labels": {"node-restriction.kubernetes.io/gpu": "x"}}},
+        ),
+        "may only change its own labels",
+    ),
+    Attack(
+        "device-plugin-foreign-label",
+        "device-plugin",
+        lambda r, o: (
+            "PATCH",
+            _node(r.own_node),
+            {"metadata": {"labels": {"lj_runtimekit_enable": "false"}}},
+        ),
+        "may only change its own labels",
+    ),
+    Attack(
+        "device-plugin-node-annotation",
+        "device-plugin",
+        lambda r, o: (
+            "PATCH",
+            _node(r.own_node),
+            {"metadata": {"annotations": {CTL_ANN: "forged"}}},
+        ),
+        "may only change its own labels",
+    ),
+    Attack(
+        "device-plugin-cordon-own-node",
+        "device-plugin",
+        lambda r, o: ("PATCH", _node(r.own_node), {"spec": {"unschedulable": True}}),
+        "may only change its own labels",
+    ),
+    Attack(
+        "device-plugin-taint-own-node",
+        "device-plugin",
+        lambda r, o: (
+            "PATCH",
+            _node(r.own_node),
+            {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}},
+        ),
+        "may only change its own labels",
+    ),
+    Attack(
+        "device-plugin-label-other-node",
+        "device-plugin",
+        lambda r, o: ("PATCH", _node(r.other_node), {"metadata": {"labels": {LABEL: "x"}}}),
+        "may only write its own node",
+    ),
+    Attack(
+        "device-plugin-replace-image-on-own-node",
+        "device-plugin",
+        lambda r, o: ("PATCH", _pods(r, o.tenant), _image(), "strategic"),
+        "never its spec, image",
+    ),
+    Attack(
+        "device-plugin-relabel-pod",
+        "device-plugin",
+        lambda r, o: ("PATCH", _pods(r, o.tenant), {"metadata": {"labels": {"app": "evil"}}}),
+        "never its spec, image",
+    ),
+    Attack(
+        "device-plugin-forge-scheduler-decision",
+        "device-plugin",
+        lambda r, o: (
+            "PATCH",
+            _pods(r, o.tenant),
+            {"metadata": {"annotations": {SCHED_ANN: "forged"}}},
+        ),
+        "never its spec, image",
+    ),
+    Attack(
+        "device-plugin-mark-pod-elsewhere",
+        "device-plugin",
+        lambda r, o: ("PATCH", _pods(r, o.elsewhere), {"metadata": {"annotations": {DP_ANN: "x"}}}),
+        "may only write its own node",
+    ),
+    Attack(
+        "device-plugin-patch-pod-status",
+        "device-plugin",
+        lambda r, o: ("PATCH", f"{_pods(r, o.tenant)}/status", {"status": {"phase": "Failed"}}),
+        RBAC,
+    ),
+    Attack(
+        "device-plugin-other-nodedevices",
+        "device-plugin",
+        lambda r, o: (
+            "POST",
+            ND,
+            {
+                "apiVersion": "lj-runtimekit.aliyun.com/v1",
+                "kind": "NodeDevices",
+                "metadata": {"name": r.other_node},
+                "spec": {"nodeName": r.other_node},
+            },
+        ),
+        "may only write its own node",
+    ),
+    Attack(
+        "device-plugin-own-name-other-node",
+        "device-plugin",
+        lambda r, o: (
+            "POST",
+            ND,
+            {
+                "apiVersion": "lj-runtimekit.aliyun.com/v1",
+                "kind": "NodeDevices",
+                "metadata": {"name": r.own_node},
+                "spec": {"nodeName": r.other_node},
+            },
+        ),
+        "deletes none",
+    ),
+    Attack(
+        "device-plugin-read-pods-of-the-cluster",
+        "device-plugin",
+        lambda r, o: ("GET", f"/api/v1/namespaces/{r.victims}/pods/{o.tenant}/log", None),
+        RBAC,
+    ),
+    Attack(
+        "device-plugin-unbound-token-labels-node",
+        "device-plugin",
+        lambda r, o: ("PATCH", _node(r.own_node), {"metadata": {"labels": {LABEL: "x"}}}),
+        "bound to its pod on a node",
+        token="unbound",
+    ),
     # --- the exporter reads pods; the job agent has no rights at all
     *_common("exporter", "lj-runtimekit-exporter"),
     Attack("exporter-get-node", "exporter", lambda r, o: ("GET", _node(r.own_node), None), RBAC),
-    Attack("exporter-annotate-pod", "exporter", lambda r, o: ("PATCH", _pods(r, o.tenant), {"metadata": {"annotations": {"x": "y"}}}), RBAC),
+    Attack(
+        "exporter-annotate-pod",
+        "exporter",
+        lambda r, o: ("PATCH", _pods(r, o.tenant), {"metadata": {"annotations": {"x": "y"}}}),
+        RBAC,
+    ),
     *_common("job-agent", "lj-runtimekit-job-agent"),
     Attack("job-agent-list-pods", "job-agent", lambda r, o: ("GET", "/api/v1/pods", None), RBAC),
     Attack("job-agent-get-node", "job-agent", lambda r, o: ("GET", _node(r.own_node), None), RBAC),
-]  # fmt: skip
+]
 
 
 def _send(rig: Rig, a: Attack, o: Objects) -> Reply:
@@ -273,12 +708,16 @@ def test_scheduler_token_does_all_the_scheduler_does(rig: Rig, objs: Objects) ->
         _ok(s("GET", path, None, query=[("watch", "true"), ("timeoutSeconds", 1)]), "watch")
     decision = '{"version":"v1"}'
     _ok(
-        s("POST", f"{_pods(rig, objs.pending)}/binding", _binding(objs.pending, rig.own_node, {SCHED_ANN: decision})),
+        s(
+            "POST",
+            f"{_pods(rig, objs.pending)}/binding",
+            _binding(objs.pending, rig.own_node, {SCHED_ANN: decision}),
+        ),
         "bind with its decision",
-    )  # fmt: skip
-    pod = client.CoreV1Api(rig.admin).read_namespaced_pod(objs.pending, rig.victims)
-    assert pod.spec.node_name == rig.own_node
-    assert pod.metadata.annotations[SCHED_ANN] == decision
+    )
+    pod = ok(rig.root("GET", _pods(rig, objs.pending), None), "the bound pod")
+    assert pod["spec"]["nodeName"] == rig.own_node
+    assert pod["metadata"]["annotations"][SCHED_ANN] == decision
     event = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
@@ -290,8 +729,13 @@ def test_scheduler_token_does_all_the_scheduler_does(rig: Rig, objs: Objects) ->
         "action": "Scheduling",
         "reportingController": "lj-runtimekit-scheduler",
         "reportingInstance": "sec",
-        "regarding": {"apiVersion": "v1", "kind": "Pod", "name": objs.pending, "namespace": rig.victims},
-    }  # fmt: skip
+        "regarding": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": objs.pending,
+            "namespace": rig.victims,
+        },
+    }
     _ok(s("POST", f"/apis/events.k8s.io/v1/namespaces/{rig.victims}/events", event), "event")
     _lease_cycle(rig, "scheduler", "lj-runtimekit-scheduler")
 
@@ -311,7 +755,10 @@ def test_controller_token_does_all_the_controller_does(rig: Rig) -> None:
     c = rig.as_("controller")
     _ok(c("GET", "/api/v1/nodes", None), "list nodes")
     _ok(c("GET", "/api/v1/nodes", None, query=[("watch", "true"), ("timeoutSeconds", 1)]), "watch")
-    _ok(c("PATCH", _node(rig.own_node), {"metadata": {"annotations": {CTL_ANN: '{"ok":true}'}}}), "annotate")  # fmt: skip
+    _ok(
+        c("PATCH", _node(rig.own_node), {"metadata": {"annotations": {CTL_ANN: '{"ok":true}'}}}),
+        "annotate",
+    )
     _ok(c("PATCH", _node(rig.own_node), {"metadata": {"annotations": {CTL_ANN: None}}}), "remove")
     for action in ("enable", "disable"):
         job = agent_job(rig, rig.own_node, action)
@@ -319,7 +766,10 @@ def test_controller_token_does_all_the_controller_does(rig: Rig) -> None:
         _ok(c("GET", JOBS, None, query=[("labelSelector", "app=lj-runtimekit-job-agent")]), "list")
         q = [("labelSelector", f"job-name={job['metadata']['name']}")]
         _ok(c("GET", f"/api/v1/namespaces/{NS}/pods", None, query=q), "list its pods")
-        _ok(c("DELETE", f"{JOBS}/{job['metadata']['name']}", {"propagationPolicy": "Background"}), "delete")  # fmt: skip
+        _ok(
+            c("DELETE", f"{JOBS}/{job['metadata']['name']}", {"propagationPolicy": "Background"}),
+            "delete",
+        )
     event = {
         "metadata": {"generateName": f"{rig.own_node}.", "namespace": "default"},
         "involvedObject": {"kind": "Node", "name": rig.own_node, "apiVersion": "v1"},
@@ -341,15 +791,25 @@ def test_device_plugin_token_does_all_the_device_plugin_does(rig: Rig, objs: Obj
     listed = _ok(d("GET", "/api/v1/pods", None, query=q), "list its node's pods").body
     assert objs.tenant in {p["metadata"]["name"] for p in listed["items"]}
     pod = _ok(d("GET", _pods(rig, objs.tenant), None), "read the pod fresh").body
-    mark = {"metadata": {"resourceVersion": pod["metadata"]["resourceVersion"], "annotations": {DP_ANN: "now"}}}  # fmt: skip
+    mark = {
+        "metadata": {
+            "resourceVersion": pod["metadata"]["resourceVersion"],
+            "annotations": {DP_ANN: "now"},
+        }
+    }
     _ok(d("PATCH", _pods(rig, objs.tenant), mark), "mark the pod allocated")
     event = {
         "metadata": {"generateName": f"{objs.tenant}.", "namespace": rig.victims},
-        "involvedObject": {"kind": "Pod", "name": objs.tenant, "namespace": rig.victims, "apiVersion": "v1"},
+        "involvedObject": {
+            "kind": "Pod",
+            "name": objs.tenant,
+            "namespace": rig.victims,
+            "apiVersion": "v1",
+        },
         "reason": "AllocationMismatch",
         "message": "security test",
         "type": "Warning",
-    }  # fmt: skip
+    }
     _ok(d("POST", f"/api/v1/namespaces/{rig.victims}/events", event), "pod event")
     rig.root("DELETE", f"{ND}/{rig.own_node}", None)
     body = {
@@ -371,4 +831,7 @@ def test_exporter_token_does_all_the_exporter_does(rig: Rig, objs: Objects) -> N
     q = [("fieldSelector", f"spec.nodeName={rig.own_node}")]
     listed = _ok(e("GET", "/api/v1/pods", None, query=q), "list its node's pods").body
     assert objs.tenant in {p["metadata"]["name"] for p in listed["items"]}
-    _ok(e("GET", "/api/v1/pods", None, query=[*q, ("watch", "true"), ("timeoutSeconds", 1)]), "watch")  # fmt: skip
+    _ok(
+        e("GET", "/api/v1/pods", None, query=[*q, ("watch", "true"), ("timeoutSeconds", 1)]),
+        "watch",
+    )
