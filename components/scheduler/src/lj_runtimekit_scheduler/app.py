@@ -29,6 +29,13 @@ from .state import ClusterState
 log = structlog.get_logger("lj_runtimekit_scheduler.app")
 
 
+#: Exit code of a second SIGTERM/SIGINT (the shell's 128 + SIGINT), the same in every daemon.
+EXIT_FORCED = 130
+
+crashed: list[str] = []
+"""Tasks that ended with an exception: the process then exits 1, never 0."""
+
+
 def _guard(name: str, coro: Coroutine[Any, Any, None], stop: asyncio.Event) -> asyncio.Task[None]:
     async def guarded() -> None:
         try:
@@ -37,6 +44,7 @@ def _guard(name: str, coro: Coroutine[Any, Any, None], stop: asyncio.Event) -> a
             raise
         except Exception:
             log.exception("task_crashed", task=name)
+            crashed.append(name)
             stop.set()
 
     return asyncio.create_task(guarded(), name=name)
@@ -65,7 +73,17 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
     informers = Informers(kube, settings, state, queue, sched.poke)
     elector = Elector(kube, settings, identity)
     serving = True
-    runner, port = await create_server(metrics, lambda: serving, "0.0.0.0", settings.metrics_port)
+
+    def degraded() -> list[str]:
+        return [f"{kind} list/watch failing: {e}" for kind, e in informers.failing.items()]
+
+    try:
+        runner, port = await create_server(
+            metrics, lambda: serving, "0.0.0.0", settings.metrics_port, degraded
+        )
+    except OSError as e:
+        await kube.close()
+        raise PermanentError(f"cannot serve on port {settings.metrics_port}: {e}") from e
     log.info("serving", port=port, identity=identity)
     running: list[asyncio.Task[None]] = []
     try:
@@ -84,7 +102,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
         sched_stop.set()
         serving = False
         await asyncio.wait_for(sched.drain(), 10) if sched.binding else None
-        return 1 if lost else 0
+        if crashed:
+            log.error("exiting_after_crash", tasks=crashed)
+        return 1 if lost or crashed else 0
     finally:
         for t in running:
             t.cancel()
@@ -122,7 +142,8 @@ def run(settings: Settings) -> int:
             nonlocal hits
             hits += 1
             if hits > 1:
-                os._exit(130)  # a second signal forces exit
+                log.warning("forced_exit", exit_code=EXIT_FORCED)
+                os._exit(EXIT_FORCED)  # a second signal forces exit, whatever is still running
             stop.set()
 
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -134,3 +155,6 @@ def run(settings: Settings) -> int:
     except PermanentError as e:
         log.error("cannot_start", error=str(e))
         return 2
+    except Exception:  # a bug: say so, and never exit 0 ("Completed") after it
+        log.exception("scheduler_crashed")
+        return 1

@@ -18,10 +18,14 @@ from .model import (
     ALLOCATED_ANNOTATION,
     ALLOCATION_ANNOTATION,
     ASSIGNMENT_ANNOTATION,
+    CORE_PER_GPU,
     DEFAULT_NAMES,
     Pod,
     ResourceNames,
 )
+
+#: No device has more memory than this (1 PiB); a larger share in a decision is not ours.
+MAX_MEMORY_GIB = 2**20
 
 
 def decision(pod: Pod) -> Choice | None:
@@ -31,16 +35,16 @@ def decision(pod: Pod) -> Choice | None:
         return None
     try:
         doc = json.loads(raw)
-        return Choice(
+        choice = Choice(
             tuple(
                 (
-                    c["name"],
+                    str(c["name"]),
                     tuple(
                         Slice(
                             d["id"],
-                            bool(d.get("whole")),
-                            int(d.get("core", 0)),
-                            int(d.get("memoryGiB", 0)),
+                            d.get("whole", False),
+                            d.get("core", 0),
+                            d.get("memoryGiB", 0),
                         )
                         for d in c["devices"]
                     ),
@@ -48,8 +52,22 @@ def decision(pod: Pod) -> Choice | None:
                 for c in doc["containers"]
             )
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
+    # Users can write this annotation on their own pods: a negative or absurd share would make
+    # room on a full GPU, so anything the scheduler itself never writes is not a decision.
+    for _, slices in choice.containers:
+        for s in slices:
+            if not (
+                isinstance(s.device, str)
+                and isinstance(s.whole, bool)
+                and type(s.core) is int
+                and type(s.memory_gib) is int
+                and 0 <= s.core <= CORE_PER_GPU
+                and 0 <= s.memory_gib <= MAX_MEMORY_GIB
+            ):
+                return None
+    return choice
 
 
 def confirmed(pod: Pod) -> bool:

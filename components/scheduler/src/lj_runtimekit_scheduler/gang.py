@@ -18,6 +18,9 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_RESTARTS = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+#: Larger than any cluster's pod count (the apiserver's own scale target is 150k pods): a size
+#: beyond it is a typo or an attack, not a gang that could ever be complete.
+MAX_GANG_SIZE = 100_000
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,39 @@ def gang_of(pod: Pod) -> GangId | None:
     raw = pod.annotation(POD_GROUP_SIZE_ANNOTATION) or (
         pod.label(JOBSET_REPLICAS) if jobset else None
     )
-    try:
-        size = int(raw) if raw else 0
-    except ValueError:
-        return None
-    if size < 2:
+    size = gang_size(raw)
+    if size is None or size < 2:
         return None
     return GangId(key, size, pod.annotation(EXCLUSIVE_TOPOLOGY))
+
+
+def invalid_size(pod: Pod) -> str | None:
+    """Why the pod's gang size is refused (its group is then ignored), or None when it is fine."""
+    if not (pod.annotation(POD_GROUP_ANNOTATION) or pod.label(JOBSET_NAME)):
+        return None
+    for key, raw in (
+        (POD_GROUP_SIZE_ANNOTATION, pod.annotation(POD_GROUP_SIZE_ANNOTATION)),
+        (JOBSET_REPLICAS, pod.label(JOBSET_REPLICAS)),
+    ):
+        if raw and gang_size(raw) is None:
+            shown = raw if len(raw) <= 40 else raw[:40] + "…"
+            return (
+                f"{key}={shown!r} is not a gang size (an integer from 1 to {MAX_GANG_SIZE}); "
+                "the pod is scheduled alone, not all-or-nothing with its group"
+            )
+    return None
+
+
+def gang_size(raw: str | None) -> int | None:
+    """The size a gang annotation or label gives: None when absent or not a plain integer of
+    1 to :data:`MAX_GANG_SIZE` (bounded work: ``int()`` of a 100k-digit text is slow)."""
+    if not raw:
+        return None
+    text = raw.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 6:
+        return None
+    size = int(text)
+    return size if 1 <= size <= MAX_GANG_SIZE else None
 
 
 def domains(

@@ -36,6 +36,8 @@ class Informers:
         self.kube, self.settings, self.state, self.queue = kube, settings, state, queue
         self.poke = poke
         self.synced = {k: asyncio.Event() for k in ("nodes", "nodedevices", "pods")}
+        self.failing: dict[str, str] = {}
+        """Kind → why its list/watch fails now; /healthz shows it (the rest keeps serving)."""
         self._handlers: dict[str, Callable[[str, Json], None]] = {
             "nodes": self._node,
             "nodedevices": self._devices,
@@ -52,24 +54,31 @@ class Informers:
             try:
                 if not rv:
                     rv = await self._relist(kind)
+                    self.failing.pop(kind, None)
                 async for ev in self.kube.watch(kind, rv):
-                    obj = ev["object"]
-                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-                    if ev["type"] != "BOOKMARK":
-                        self._handle(kind, ev["type"], obj)
+                    self.failing.pop(kind, None)
+                    obj = ev.get("object")
+                    if not isinstance(obj, dict):
+                        raise TemporaryError(f"watch {kind}: event object is not a JSON object")
+                    meta = obj.get("metadata")
+                    rv = str(meta.get("resourceVersion", rv)) if isinstance(meta, dict) else rv
+                    if ev.get("type") != "BOOKMARK":
+                        self._handle(kind, str(ev.get("type")), obj)
                 delay = 1.0
             except Gone:
                 rv = ""
             except (TemporaryError, PermanentError) as e:
                 # PermanentError here is mostly a missing CRD or RBAC: say so, keep trying
                 log.warning("watch_failed", kind=kind, error=str(e)[:300], retry_in_s=delay)
+                self.failing[kind] = str(e)[:300]
                 await asyncio.sleep(delay)
                 delay = min(30.0, delay * 2)
 
     async def _relist(self, kind: str) -> str:
-        items, rv = await self.kube.list(kind)
+        listed, rv = await self.kube.list(kind)
+        items = [i for i in listed if isinstance(i, dict)]
         if kind == "pods":
-            seen = {(i.get("metadata") or {}).get("uid") for i in items}
+            seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.pods if u not in seen]:
                 self.state.remove_pod(uid)
         for obj in items:
@@ -81,9 +90,11 @@ class Informers:
     def _handle(self, kind: str, ev_type: str, obj: Json) -> None:
         try:
             self._handlers[kind](ev_type, obj)
-        except (KeyError, ValueError, TypeError) as e:
-            name = (obj.get("metadata") or {}).get("name")
-            log.warning("object_malformed", kind=kind, name=name, error=repr(e))
+        except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError) as e:
+            # Any shape a user or a broken writer can give: skip the object, name it, go on.
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            log.warning("object_malformed", kind=kind, name=name, error=repr(e)[:300])
 
     def _node(self, ev_type: str, obj: Json) -> None:
         if ev_type == "DELETED":

@@ -69,6 +69,17 @@ class TokenBucket:
             raise
 
 
+def _json(data: bytes, what: str) -> Json:
+    """An apiserver answer as a JSON object; anything else is a transient fault of the peer."""
+    try:
+        out = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise TemporaryError(f"{what}: the apiserver's answer is not JSON: {data[:100]!r}") from e
+    if not isinstance(out, dict):
+        raise TemporaryError(f"{what}: the apiserver's answer is not a JSON object")
+    return out
+
+
 def _micro_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -142,8 +153,7 @@ class Kube:
             raise TemporaryError(f"{what}: apiserver unreachable: {e}") from e
         if not 200 <= resp.status < 300:
             raise _error(resp.status, data, what)
-        out: Json = orjson.loads(data)
-        return out
+        return _json(data, what)
 
     async def list(self, kind: str) -> tuple[list[Json], str]:
         doc = await self._call(
@@ -154,7 +164,10 @@ class Kube:
             query=[("limit", 0)],
             request_timeout=120,
         )
-        return doc.get("items") or [], doc["metadata"].get("resourceVersion", "")
+        items, meta = doc.get("items") or [], doc.get("metadata")
+        if not isinstance(items, list) or not isinstance(meta, dict):
+            raise TemporaryError(f"list {kind}: the apiserver's answer is not a list")
+        return items, str(meta.get("resourceVersion", ""))
 
     async def watch(self, kind: str, rv: str, timeout_s: int = 300) -> AsyncIterator[Json]:
         """Watch events (type, object) from ``rv``; ends when the server closes the stream."""
@@ -184,7 +197,7 @@ class Kube:
             async for line in resp.content:
                 if not line.strip():
                     continue
-                ev: Json = orjson.loads(line)
+                ev = _json(line, f"watch {kind}")
                 if ev.get("type") == "ERROR":
                     if (ev.get("object") or {}).get("code") == 410:
                         raise Gone(f"watch {kind}: resourceVersion expired")

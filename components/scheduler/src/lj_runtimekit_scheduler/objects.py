@@ -189,13 +189,18 @@ def node_devices(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> tuple[str, 
     Partitions advertised under another resource (MIG strategy mixed) are not ours to place.
     """
     node_name = (raw.get("spec") or {}).get("nodeName") or raw["metadata"]["name"]
-    devices = []
+    devices: list[Device] = []
+    seen: set[str] = set()
     for i, d in enumerate((raw.get("status") or {}).get("devices") or ()):
+        # One id, one device: a duplicated entry (a broken writer) would be handed out twice.
+        if not isinstance(d.get("id"), str) or d["id"] in seen:
+            continue
+        seen.add(d["id"])
         dev = Device(
             id=d["id"],
             kind=d.get("kind", "GPU"),
-            memory_gib=int(d.get("memoryBytes", 0)) // 2**30,
-            healthy=bool(d.get("healthy", False)),
+            memory_gib=max(0, int(d.get("memoryBytes", 0)) // 2**30),
+            healthy=d.get("healthy") is True,
             numa=int(d.get("numaNode", -1)),
             island=int(d.get("nvlinkIsland", -1)),
             index=int(d.get("index", i)),
@@ -205,9 +210,9 @@ def node_devices(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> tuple[str, 
             devices += [
                 replace(
                     dev,
-                    id=p["id"],
-                    memory_gib=int(p.get("memoryBytes", 0)) // 2**30,
-                    healthy=dev.healthy and bool(p.get("healthy", False)),
+                    id=str(p["id"]),
+                    memory_gib=max(0, int(p.get("memoryBytes", 0)) // 2**30),
+                    healthy=dev.healthy and p.get("healthy") is True,
                     partition_of=dev.id,
                 )
                 for p in parts

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 _SUFFIX: dict[str, int | Decimal] = {
     "Ki": 2**10,
@@ -24,6 +24,10 @@ _SUFFIX: dict[str, int | Decimal] = {
 }
 
 
+#: The apiserver keeps quantities in an int64; anything larger cannot come from it.
+MAX = 2**63 - 1
+
+
 def parse(text: str | int | float, milli: bool = False) -> int:
     """The quantity as an integer (rounded up as the apiserver does); ``milli`` gives 1/1000s.
 
@@ -43,11 +47,18 @@ def parse(text: str | int | float, milli: bool = False) -> int:
                 num, suffix = s[:-1], s[-1]
         try:
             value = Decimal(num) * Decimal(_SUFFIX[suffix])
-        except (InvalidOperation, KeyError) as e:
+        except (ArithmeticError, KeyError) as e:  # InvalidOperation, Overflow ("1E1000000E")
             raise ValueError(f"not a resource quantity: {text!r}") from e
         if not value.is_finite():
             raise ValueError(f"not a resource quantity: {text!r}")
+    if not value.is_finite():
+        raise ValueError(f"not a resource quantity: {text!r}")
+    if abs(value) > MAX:
+        raise ValueError(f"resource quantity out of range (above 2^63-1): {text!r}")
     if milli:
         value *= 1000
+    # Checked before int(): "1e999999999" would otherwise build a billion-digit integer.
+    if abs(value) > MAX:
+        raise ValueError(f"resource quantity out of range (above 2^63-1): {text!r}")
     whole = int(value.to_integral_value(rounding="ROUND_CEILING"))
     return whole

@@ -115,6 +115,8 @@ class Scheduler:
         if gid is not None:
             self.schedule_gang(pod, gid)
             return
+        if (why := gang.invalid_size(pod)) is not None:
+            self.recorder.event(pod, "Warning", "InvalidGangSize", why)
         t0 = time.perf_counter()
         cs = CycleState()
         placed = self._try(cs, pod, None)

@@ -10,15 +10,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from .metrics import Metrics
 
 
-def create_app(metrics: Metrics, healthy: Callable[[], bool]) -> web.Application:
+def create_app(
+    metrics: Metrics, healthy: Callable[[], bool], degraded: Callable[[], list[str]] = list
+) -> web.Application:
+    """``degraded()``: what does not work now although the scheduler still serves (200)."""
+
     async def metrics_handler(request: web.Request) -> web.Response:
         body = generate_latest(metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(request: web.Request) -> web.Response:
-        if healthy():
-            return web.Response(text="ok")
-        return web.Response(status=503, text="not serving")
+        if not healthy():
+            return web.Response(status=503, text="not serving")
+        problems = degraded()
+        return web.Response(text="ok" + "".join(f"\ndegraded: {p}" for p in problems))
 
     app = web.Application()
     app.router.add_get("/metrics", metrics_handler)
@@ -27,10 +32,14 @@ def create_app(metrics: Metrics, healthy: Callable[[], bool]) -> web.Application
 
 
 async def create_server(
-    metrics: Metrics, healthy: Callable[[], bool], host: str, port: int
+    metrics: Metrics,
+    healthy: Callable[[], bool],
+    host: str,
+    port: int,
+    degraded: Callable[[], list[str]] = list,
 ) -> tuple[web.AppRunner, int]:
     """Start serving; returns the runner (to stop it) and the bound port (for port 0)."""
-    runner = web.AppRunner(create_app(metrics, healthy), access_log=None)
+    runner = web.AppRunner(create_app(metrics, healthy, degraded), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from . import assignment
 from .gang import GangId, gang_of
-from .gpu import Choice, apply, release
+from .gpu import Choice, apply
 from .model import DEFAULT_NAMES, Device, DeviceUse, HostPort, Node, Pod, ResourceNames, Resources
 
 
@@ -121,8 +121,20 @@ class ClusterState:
             info.ports.difference_update(pod.host_ports)
             info.pods.discard(pod.uid)
             info.pending.pop(pod.uid, None)
-        if choice is not None:
-            info.device_use = (apply if sign > 0 else release)(info.device_use, choice)
+        if choice is None:
+            return
+        if sign > 0:
+            info.device_use = apply(info.device_use, choice)
+            return
+        # Given back: recount from the pods still there rather than subtract. Two pods may name
+        # one whole GPU (a decision a user forged on their own pod); subtracting would free the
+        # GPU its real holder still has.
+        uses: dict[str, DeviceUse] = {}
+        for uid in info.pods:
+            held = self.pods.get(uid)
+            if held is not None and held[2] is not None:
+                uses = apply(uses, held[2])
+        info.device_use = uses
 
     def add_pod(self, pod: Pod, node: str, choice: Choice | None = None) -> None:
         """Count ``pod`` on ``node`` (replacing what it held before)."""
@@ -160,7 +172,8 @@ class ClusterState:
                 self.remove_pod(pod.uid)
             return
         held = self.pods.get(pod.uid)
-        choice = assignment.decision(pod)
+        # A pod asking for none of our devices holds none, whatever its annotations say.
+        choice = assignment.decision(pod) if pod.devices else None
         if held is not None and pod.uid in self.assumed and held[1] == pod.node_name:
             choice = choice or held[2]
         # the devices the device plugin reports, where they differ, are what the pod holds
