@@ -134,6 +134,18 @@ def test_install_upgrade_rollback_uninstall_in_its_own_namespace(
     assert on == gpu_nodes, "the node agents run on the nodes of nodeLabel, and only there"
     binding = tools.json("get", "clusterrolebinding", "lj-runtimekit-controller")
     assert binding["subjects"][0]["namespace"] == NS
+    # The CRD upgrade path of docs/deploy.md, over the CRD Helm's install created.
+    crd = CHART / "crds" / "nodedevices.lj-runtimekit.aliyun.com.yaml"
+    newer = yaml.safe_load(crd.read_text())
+    newer["spec"]["versions"][0]["additionalPrinterColumns"].append(
+        {"name": "Upgraded", "type": "string", "jsonPath": ".metadata.name"}
+    )
+    tools.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump(newer)
+    )
+    live = tools.json("get", "crd", "nodedevices.lj-runtimekit.aliyun.com")
+    columns = live["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert columns[-1]["name"] == "Upgraded"
 
     tools.helm(
         "upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "--set", "exporter.tag=v1.13.9",
