@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,11 @@ import pytest
 
 from lj_runtimekit_device_plugin import runtime
 from lj_runtimekit_device_plugin.app import Stop, serve
+from lj_runtimekit_device_plugin.assignment import ASSIGNMENT, PodView
+from lj_runtimekit_device_plugin.errors import PermanentError
+from lj_runtimekit_device_plugin.handshake import SharedHandshake
+from lj_runtimekit_device_plugin.model import Device
+from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient, RuntimeGarbage, RuntimeUnavailable
 from lj_runtimekit_device_plugin.settings import load
 from lj_runtimekit_interface import sockets
@@ -99,13 +105,15 @@ METHODS = [
 ]
 
 
-@pytest.mark.parametrize("garbage", ["not-protobuf", "non-utf8-string"])
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(
+    ("method", "garbage"),
+    [(m, "not-protobuf") for m in METHODS]
+    # ReleaseResponse has no string field to hold non-UTF-8
+    + [(m, "non-utf8-string") for m in METHODS if m != "Release"],
+)
 async def test_a_reply_that_does_not_parse_is_a_clear_error_naming_the_method(
     hostile: HostileRuntime, method: str, garbage: str
 ) -> None:
-    if garbage == "non-utf8-string" and method == "Release":
-        pytest.skip("ReleaseResponse has no string field")
     bad = NOT_PROTOBUF
     if garbage == "non-utf8-string":
         bad = non_utf8_string_field(*STRING_AT.get(method, (1, 1)))
@@ -317,3 +325,56 @@ async def test_a_refused_registration_is_retried_while_others_stay_registered(
         status, text = await _get(url + "/healthz")
         assert status == 200, text
         assert text.startswith("ok"), text
+
+
+# --- a forged assignment never reaches the Runtime when the device has no room ---------------
+
+
+async def test_a_forged_assignment_beyond_the_device_is_refused_before_the_runtime(
+    hostile: HostileRuntime,
+) -> None:
+    names = ResourceNames()
+    # 90 of gpu-0's 100 cores are held by a running container
+    hostile.answer(
+        "ListAllocations",
+        device_pb2.ListAllocationsResponse(
+            allocations=[device_pb2.Allocation(id="a-1", device_ids=["gpu-0"], core_percent=90)]
+        ),
+    )
+    forged = {
+        "version": "v1",
+        "node": "n1",
+        "assumedAt": "t",
+        "containers": [{"name": "c", "devices": [{"id": "gpu-0", "core": 20}]}],
+    }
+    pod = PodView(
+        "tenant", "greedy", "u1", "1", {ASSIGNMENT: json.dumps(forged)}, {"c": {names.gpu_core: 20}}
+    )
+    events: list[str] = []
+
+    async def pods() -> list[PodView]:
+        return [pod]
+
+    async def mark(p: PodView, update: Any) -> None:
+        raise AssertionError("a refused pod is not marked")
+
+    async def event(p: PodView, reason: str, message: str) -> None:
+        events.append(reason)
+
+    client = RuntimeClient(str(hostile.socket_dir), 2.0)
+    shake = SharedHandshake(
+        client,
+        names,
+        "n1",
+        pods,
+        mark,
+        post_event=event,
+        devices=lambda: [Device(id="gpu-0", memory_bytes=16 * GIB)],
+    )
+    try:
+        with pytest.raises(PermanentError, match="110 gpu-core units would exceed 100"):
+            await shake.allocate(names.gpu_core, [f"gpu-0::core-{i}" for i in range(20)])
+    finally:
+        await client.close()
+    assert hostile.calls("Allocate") == 0
+    assert events == ["GpuAssignmentRefused"]
