@@ -24,6 +24,7 @@ from lj_runtimekit_device_plugin.assignment import ASSIGNMENT, PodView
 from lj_runtimekit_device_plugin.errors import PermanentError
 from lj_runtimekit_device_plugin.handshake import SharedHandshake
 from lj_runtimekit_device_plugin.model import Device
+from lj_runtimekit_device_plugin.podresources import PodResourcesClient, PodResourcesUnavailable
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient, RuntimeGarbage, RuntimeUnavailable
 from lj_runtimekit_device_plugin.settings import load
@@ -34,6 +35,7 @@ from lj_runtimekit_testkit.hostile_runtime import (
     NOT_PROTOBUF,
     HostileRuntime,
     non_utf8_string_field,
+    serve_bytes,
     socket_dir,
     version_reply,
 )
@@ -378,3 +380,15 @@ async def test_a_forged_assignment_beyond_the_device_is_refused_before_the_runti
         await client.close()
     assert hostile.calls("Allocate") == 0
     assert events == ["GpuAssignmentRefused"]
+
+
+async def test_pod_resources_garbage_is_a_clear_temporary_error(tmp_path: Path) -> None:
+    sock = str(tmp_path / "kubelet.sock")
+    server = await serve_bytes(sock, "v1.PodResourcesLister", "List", NOT_PROTOBUF)
+    client = PodResourcesClient(sock, 2.0)
+    try:
+        with pytest.raises(PodResourcesUnavailable, match="not a ListPodResourcesResponse"):
+            await client.list()
+    finally:
+        await client.close()
+        await server.stop(None)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -34,6 +33,7 @@ from lj_runtimekit_testkit.hostile_runtime import (
     HostileRuntime,
     metrics_reply,
     non_utf8_string_field,
+    serve_bytes,
     socket_dir,
     version_reply,
 )
@@ -183,27 +183,7 @@ async def test_garbage_from_pod_resources_falls_back_and_says_so(
     # a pod-resources socket that answers List with bytes that are not its message
     sock = str(tmp_path / "kubelet.sock")
 
-    def identity(b: bytes) -> bytes:
-        return b
-
-    async def bad_list(request: bytes, context: Any) -> bytes:
-        return NOT_PROTOBUF
-
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                "v1.PodResourcesLister",
-                {
-                    "List": grpc.unary_unary_rpc_method_handler(
-                        bad_list, request_deserializer=identity, response_serializer=identity
-                    )
-                },
-            ),
-        )
-    )
-    server.add_insecure_port(f"unix://{sock}")
-    await server.start()
+    server = await serve_bytes(sock, "v1.PodResourcesLister", "List", NOT_PROTOBUF)
     try:
         pr = PodResources(sock, 1.0)
         await pr.start()

@@ -167,6 +167,26 @@ class HostileRuntime:
                 os.unlink(self.socket_dir / name)
 
 
+async def serve_bytes(socket_path: str, service: str, method: str, reply: bytes) -> grpc.aio.Server:
+    """A started server on ``socket_path`` whose unary ``service/method`` answers ``reply`` as
+    it is (e.g. a kubelet pod-resources socket, ``v1.PodResourcesLister``/``List``, answering
+    garbage); stop it with ``await server.stop(None)``."""
+
+    async def handle(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return reply
+
+    server = grpc.aio.server()
+    handler = grpc.unary_unary_rpc_method_handler(
+        handle, request_deserializer=_identity, response_serializer=_identity
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service, {method: handler}),)
+    )
+    server.add_insecure_port(sockets.unix_target(socket_path))
+    await server.start()
+    return server
+
+
 @contextlib.contextmanager
 def socket_dir() -> Iterator[Path]:
     """A short private directory for the sockets (unix socket paths are limited to 108 bytes)."""

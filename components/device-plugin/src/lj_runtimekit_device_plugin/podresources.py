@@ -67,6 +67,11 @@ class PodResourcesClient:
                 f"kubelet pod-resources List on {where} failed: {e.code().name} {e.details()}: "
                 "is the kubelet running and /var/lib/kubelet/pod-resources mounted into the pod?"
             ) from e
+        if r is None:  # grpc-aio's answer for a reply that did not parse
+            raise PodResourcesUnavailable(
+                f"kubelet pod-resources List on {self._where()} answered bytes that are not a "
+                "ListPodResourcesResponse (v1): is it the kubelet's socket?"
+            )
         out: list[Holding] = []
         for pod in r.pod_resources:
             for c in pod.containers:
