@@ -20,7 +20,7 @@ import pytest
 
 from lj_runtimekit_device_plugin import runtime
 from lj_runtimekit_device_plugin.app import Stop, serve
-from lj_runtimekit_device_plugin.assignment import ASSIGNMENT, PodView
+from lj_runtimekit_device_plugin.assignment import ALLOCATION, ASSIGNMENT, PodView
 from lj_runtimekit_device_plugin.errors import PermanentError
 from lj_runtimekit_device_plugin.handshake import SharedHandshake
 from lj_runtimekit_device_plugin.model import Device
@@ -392,3 +392,69 @@ async def test_pod_resources_garbage_is_a_clear_temporary_error(tmp_path: Path) 
     finally:
         await client.close()
         await server.stop(None)
+
+
+async def test_a_forged_allocation_mark_cannot_borrow_another_pods_share(
+    hostile: HostileRuntime,
+) -> None:
+    names = ResourceNames()
+    # the victim's share of gpu-0, recorded by the Runtime for its own pod and container
+    hostile.answer(
+        "ListAllocations",
+        device_pb2.ListAllocationsResponse(
+            allocations=[
+                device_pb2.Allocation(
+                    id="victim-1",
+                    device_ids=["gpu-0"],
+                    core_percent=50,
+                    memory_bytes=8 * GIB,
+                    pod=device_pb2.PodRef(namespace="other", name="victim", uid="uv"),
+                    container="main",
+                )
+            ]
+        ),
+    )
+    assignment = {
+        "version": "v1",
+        "node": "n1",
+        "assumedAt": "t",
+        "containers": [{"name": "c", "devices": [{"id": "gpu-0", "core": 50, "memoryGiB": 8}]}],
+    }
+    # the pod's owner writes the plugin's own mark, naming the victim's allocation as if this
+    # container were already answered for gpu-memory
+    mark = {"containers": {"c": {names.gpu_memory: ["victim-1"]}}}
+    pod = PodView(
+        "tenant",
+        "thief",
+        "ut",
+        "1",
+        {ASSIGNMENT: json.dumps(assignment), ALLOCATION: json.dumps(mark)},
+        {"c": {names.gpu_core: 50, names.gpu_memory: 8}},
+    )
+    events: list[str] = []
+
+    async def pods() -> list[PodView]:
+        return [pod]
+
+    async def no_mark(p: PodView, update: Any) -> None:
+        raise AssertionError("a refused pod is not marked")
+
+    async def event(p: PodView, reason: str, message: str) -> None:
+        events.append(reason)
+
+    client = RuntimeClient(str(hostile.socket_dir), 2.0)
+    shake = SharedHandshake(
+        client,
+        names,
+        "n1",
+        pods,
+        no_mark,
+        post_event=event,
+        devices=lambda: [Device(id="gpu-0", memory_bytes=16 * GIB)],
+    )
+    try:
+        with pytest.raises(PermanentError, match="belong to another container"):
+            await shake.allocate(names.gpu_core, [f"gpu-0::core-{i}" for i in range(50)])
+    finally:
+        await client.close()
+    assert events == ["GpuAllocationMarkRefused"]

@@ -21,8 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lj_runtimekit_device_plugin.assignment import ASSIGNMENT, PodView, Share, candidates
+from lj_runtimekit_device_plugin.device_facts import MAX_DEVICE_MEMORY_BYTES, MAX_DEVICES, screen
 from lj_runtimekit_device_plugin.errors import ConfigError
 from lj_runtimekit_device_plugin.headroom import share_error
+from lj_runtimekit_device_plugin.inventory import Inventory
 from lj_runtimekit_device_plugin.kubelet import MAX_PODS_BYTES, PodsUnavailable, kubelet_pods
 from lj_runtimekit_device_plugin.model import GIB, Allocation, Device, Injection, Partition
 from lj_runtimekit_device_plugin.podview import pod_view
@@ -31,11 +33,7 @@ from lj_runtimekit_device_plugin.resources import (
     ResourceNames,
     advertise,
 )
-from lj_runtimekit_device_plugin.runtime import (
-    MAX_DEVICE_MEMORY_BYTES,
-    device_from_proto,
-    screen,
-)
+from lj_runtimekit_device_plugin.runtime import device_from_proto
 from lj_runtimekit_device_plugin.settings import FIELDS, load
 from lj_runtimekit_interface.runtime.v1 import device_pb2
 
@@ -394,3 +392,19 @@ def test_shares_checked_one_after_another_never_exceed_a_device(
             assert core <= CORE_UNITS_PER_GPU
             assert mem <= d.memory_gib
     assert all(s.id in inventory for s in given_), "a device of another node was given"
+
+
+async def test_events_cannot_collide_with_or_grow_the_inventory_past_its_bound() -> None:
+    inv = Inventory()
+    await inv.replace([Device(id="gpu-0", memory_bytes=GIB)])
+    # an ADDED event reusing gpu-0 as a partition id would repeat a unit id
+    clash = Device(
+        id="gpu-1", memory_bytes=GIB, partition_mode="mig", partitions=(Partition("gpu-0", "1g"),)
+    )
+    await inv.update([clash])
+    assert [d.id for d in inv.view().devices] == ["gpu-0"]
+    # a health event for gpu-0 itself still applies
+    await inv.update([Device(id="gpu-0", memory_bytes=GIB, healthy=False)])
+    assert not inv.view().devices[0].healthy
+    await inv.update(Device(id=f"x-{i}", index=i + 1) for i in range(MAX_DEVICES + 10))
+    assert len(inv.view().devices) == MAX_DEVICES

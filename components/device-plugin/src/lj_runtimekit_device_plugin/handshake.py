@@ -229,7 +229,7 @@ class SharedHandshake:
         try:
             if c.allocated:
                 ids = c.allocated
-                injection = await self._injection_of(ids)
+                injection = await self._injection_of(ids, c)
             else:
                 await self._check_room(resource, c)
                 for share in c.shares:
@@ -301,10 +301,15 @@ class SharedHandshake:
         await self.warn([c.pod], "GpuAssignmentRefused", message)
         raise PermanentError(message)
 
-    async def _injection_of(self, ids: tuple[str, ...]) -> Injection:
-        known = self._injections.get(ids)
-        if known is not None:
-            return known
+    async def _injection_of(self, ids: tuple[str, ...], c: Candidate) -> Injection:
+        """The injection of the allocations this container already holds.
+
+        The ids may come from the pod's own allocation mark, which the pod's owner can write:
+        each must be a live Runtime allocation recorded for this very pod and container, or a
+        forged mark naming another pod's allocation would hand over that pod's device share
+        without a new allocation (two containers on one share: an over-commit)."""
+        if self._held.get((c.pod.uid, c.container)) == ids and ids in self._injections:
+            return self._injections[ids]
         live = {a.id: a for a in await allocations(self.client)}
         missing = [i for i in ids if i not in live]
         if missing:
@@ -312,4 +317,15 @@ class SharedHandshake:
                 f"the container's Runtime allocations {missing} are gone (released by a "
                 "Runtime restart?); delete the pod so it is scheduled and allocated afresh"
             )
+        foreign = [
+            i for i in ids if (live[i].pod[2], live[i].container) != (c.pod.uid, c.container)
+        ]
+        if foreign:
+            message = (
+                f"container {c.container}: the pod's lj-runtimekit-device-plugin/allocation "
+                f"names Runtime allocations {foreign} that belong to another container; refused "
+                "(that annotation is the device plugin's to write)"
+            )
+            await self.warn([c.pod], "GpuAllocationMarkRefused", message)
+            raise PermanentError(message)
         return merged([live[i] for i in ids])

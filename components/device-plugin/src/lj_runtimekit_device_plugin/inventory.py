@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .device_facts import MAX_DEVICES, ids_of, screen
 from .model import Device, RuntimeInfo
 
 
@@ -50,7 +51,18 @@ class Inventory:
         return changed
 
     async def update(self, devices: Iterable[Device]) -> list[tuple[Device | None, Device]]:
-        """Merge some devices (an event); returns (old, new) of each one that changed."""
+        """Merge some devices (an event); returns (old, new) of each one that changed.
+
+        A device whose id or partition ids another device already holds, or one past
+        :data:`MAX_DEVICES`, is left out (logged): unit ids stay unique and bounded."""
+        devices = list(devices)
+        mine = {d.id for d in devices}
+        others = [o for i, o in self._devices.items() if i not in mine]
+        devices = screen(
+            devices,
+            taken=[i for o in others for i in ids_of(o)],
+            limit=max(MAX_DEVICES - len(others), 0),
+        )
         changed = [(self._devices.get(d.id), d) for d in devices if self._devices.get(d.id) != d]
         if changed:
             for _, d in changed:

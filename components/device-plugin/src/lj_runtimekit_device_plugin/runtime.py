@@ -18,6 +18,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.runtime.v1 import device_pb2, device_pb2_grpc
 
+from .device_facts import screen
 from .errors import PermanentError, TemporaryError
 from .model import Allocation, Device, Injection, Link, Partition, RuntimeInfo
 
@@ -117,13 +118,6 @@ def allocation_from_proto(a: device_pb2.Allocation) -> Allocation:
     )
 
 
-#: More memory than any accelerator has (16 TiB): a Runtime claiming it is misreporting, and
-#: believing it would advertise one gpu-memory unit per GiB (2^34 units for 2^64-1 bytes).
-MAX_DEVICE_MEMORY_BYTES = 16 << 40
-#: Unit ids are ``<device id>::core-<n>``/``::mem-<n>``: an id with ``::`` could forge another's.
-RESERVED_ID_PART = "::"
-
-
 def _answer(method: str, client: RuntimeClient, reply: T | None) -> T:
     """grpc-aio hands back ``None`` when the reply did not parse (not protobuf, a proto3 string
     that is not UTF-8, a truncated field): one clear error naming the method instead of an
@@ -135,42 +129,6 @@ def _answer(method: str, client: RuntimeClient, reply: T | None) -> T:
             "reply: is the Runtime the version this plugin expects (lj.runtime.v1)?"
         )
     return reply
-
-
-def screen(devices: list[Device]) -> list[Device]:
-    """The devices whose facts can be believed; each one left out is logged with why.
-
-    Guarantees: every device and partition id is non-empty, free of ``::`` and unique among all
-    of them (unit ids, hence what the kubelet counts, stay unique); no device claims more than
-    :data:`MAX_DEVICE_MEMORY_BYTES`.
-    """
-    seen: dict[str, int] = {}
-    for d in devices:
-        for i in (d.id, *(p.id for p in d.partitions)):
-            seen[i] = seen.get(i, 0) + 1
-    kept = []
-    for d in devices:
-        ids = (d.id, *(p.id for p in d.partitions))
-        why = ""
-        if any(not i or RESERVED_ID_PART in i for i in ids):
-            why = f"empty id or one containing {RESERVED_ID_PART!r}"
-        elif any(seen[i] > 1 for i in ids):
-            why = "its id or a partition id is repeated"
-        elif d.memory_bytes > MAX_DEVICE_MEMORY_BYTES or any(
-            p.memory_bytes > d.memory_bytes for p in d.partitions if p.memory_bytes
-        ):
-            why = f"memory_bytes {d.memory_bytes} is beyond any real device"
-        if why:
-            log.error(
-                "runtime_device_rejected",
-                device=d.id,
-                partitions=[p.id for p in d.partitions],
-                why=why,
-                effect="the device is not advertised until the Runtime reports it sanely",
-            )
-            continue
-        kept.append(d)
-    return kept
 
 
 def _validate(devices: list[Device]) -> list[Device]:
