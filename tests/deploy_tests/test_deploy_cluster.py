@@ -256,6 +256,10 @@ def test_controller_may_only_make_jobs_in_kube_system(k: Kubectl, deployed: Any)
     assert got == "no"
 
 
+# A label of the kind the device plugin keeps on its node (its own-node policy allows no other).
+OWNER = "lj-runtimekit.aliyun.com/test-owner"
+
+
 def token_kubeconfig(k: Kubectl, token: str, path: Path) -> Path:
     admin = yaml.safe_load(Path(k.env["KUBECONFIG"]).read_text())
     cluster = admin["clusters"][0]
@@ -291,16 +295,14 @@ def test_device_plugin_token_may_label_its_own_node_and_no_other(
 
     def label(node: str, value: str) -> subprocess.CompletedProcess[str]:
         return k(
-            f"--kubeconfig={as_plugin}", "label", "node", node, f"test.lj/owner={value}",
+            f"--kubeconfig={as_plugin}", "label", "node", node, f"{OWNER}={value}",
             "--overwrite", check=False,
         )  # fmt: skip
 
     poll(lambda: "may only write its own node" in label(other_node, "a").stderr, "policy active")
     assert label(own_node, "b").returncode == 0
-    assert (
-        k("get", "node", own_node, "-o", "jsonpath={.metadata.labels.test\\.lj/owner}").stdout
-        == "b"
-    )
+    owner = OWNER.replace(".", "\\.")
+    assert k("get", "node", own_node, "-o", f"jsonpath={{.metadata.labels.{owner}}}").stdout == "b"
     denied = k(f"--kubeconfig={as_plugin}", "get", "secrets", "-n", NS, check=False)
     assert "forbidden" in denied.stderr.lower()
 
