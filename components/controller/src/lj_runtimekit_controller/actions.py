@@ -39,6 +39,8 @@ class ActionLoop:
         self.jobs: dict[str, Obj] = {}
         self.queue = WorkQueue()
         self.synced = {"nodes": asyncio.Event(), "jobs": asyncio.Event()}
+        self.failing: dict[str, str] = {}
+        """Kind → why its list/watch fails now (shown in /healthz; the rest keeps working)."""
         self._reserved = 0
         self.policy = reconcile.Policy(
             retry_limit=settings.retry_limit,
@@ -96,6 +98,7 @@ class ActionLoop:
                 for obj in fresh.values():
                     self._enqueue(kind, obj)
                 self.synced[kind].set()
+                self.failing.pop(kind, None)
                 rv = listing["metadata"]["resourceVersion"]
                 while True:
                     async for kind_of_event, obj in self.kube.stream(
@@ -114,6 +117,7 @@ class ActionLoop:
                 log.info("watch_expired", kind=kind)
             except TemporaryError as e:
                 log.warning("watch_failed", kind=kind, error=str(e), retry_in_s=delay)
+                self.failing[kind] = str(e)[:300]
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
 

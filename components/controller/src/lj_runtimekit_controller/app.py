@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Coroutine
 from typing import Any
@@ -20,6 +21,9 @@ from .settings import Settings
 
 log = structlog.get_logger("lj_runtimekit_controller")
 
+#: Exit code of a second SIGTERM/SIGINT (the shell's 128 + SIGINT), the same in every daemon.
+EXIT_FORCED = 130
+
 
 class Controller:
     """One replica: serves /metrics and /healthz, leads or waits, and reconciles while leading."""
@@ -31,6 +35,12 @@ class Controller:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.port = 0
         self.loop: ActionLoop | None = None
+        self.crashed: list[str] = []
+        """Tasks that ended with an exception: the process then exits 1, never 0."""
+
+    def degraded(self) -> list[str]:
+        failing = self.loop.failing if self.loop is not None else {}
+        return [f"{kind} list/watch failing: {e}" for kind, e in failing.items()]
 
     def health(self) -> str | None:
         for name, task in self.tasks.items():
@@ -44,6 +54,7 @@ class Controller:
         def ended(t: asyncio.Task[None]) -> None:
             if not t.cancelled() and t.exception() is not None:
                 log.error("task_failed", task=name, error=repr(t.exception()))
+                self.crashed.append(name)
                 self.stop.set()
 
         task.add_done_callback(ended)
@@ -57,9 +68,15 @@ class Controller:
             ApiRate(s.api_qps, s.api_burst),
             lambda verb: self.metrics.api_requests.labels(verb).inc(),
         )
-        runner, self.port = await server.start(
-            server.create_app(self.metrics, self.health), s.listen_address, s.port
-        )
+        try:
+            runner, self.port = await server.start(
+                server.create_app(self.metrics, self.health, self.degraded),
+                s.listen_address,
+                s.port,
+            )
+        except OSError as e:
+            await api.close()
+            raise ControllerError(f"cannot serve on {s.listen_address}:{s.port}: {e}") from e
         log.info("serving", port=self.port)
         elector = LeaderElector(
             kube,
@@ -100,6 +117,9 @@ class Controller:
             self.metrics.leader.set(0)
             await runner.cleanup()
             await api.close()
+        if self.crashed:
+            log.error("exiting_after_crash", tasks=self.crashed)
+            return 1
         return code
 
     def _start_loop(self, kube: Kube) -> None:
@@ -119,7 +139,10 @@ async def main(settings: Settings) -> int:
         nonlocal signals
         signals += 1
         if signals > 1:
-            raise SystemExit(130)
+            # A second signal: out now, whatever still runs (SystemExit raised here would first
+            # wait for every task to finish its cancellation: the hang the signal is sent for).
+            log.warning("forced_exit", exit_code=EXIT_FORCED)
+            os._exit(EXIT_FORCED)
         log.info("stopping")
         controller.stop.set()
 
@@ -129,6 +152,9 @@ async def main(settings: Settings) -> int:
         return await controller.run()
     except ControllerError as e:
         log.error("controller_failed", error=str(e))
+        return 1
+    except Exception:  # a bug: say so, and never exit 0 ("Completed") after it
+        log.exception("controller_crashed")
         return 1
 
 

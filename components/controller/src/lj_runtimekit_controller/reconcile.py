@@ -48,7 +48,8 @@ class Policy:
 
     def backoff(self, attempt: int) -> float:
         """Delay before try ``attempt + 1``: backoff_s × 2^(attempt-1), at most backoff_max_s."""
-        return float(min(self.backoff_s * 2 ** max(attempt - 1, 0), self.backoff_max_s))
+        # The exponent is capped: 2**attempt of a huge attempt is a huge integer (slow, big).
+        return float(min(self.backoff_s * 2 ** min(max(attempt - 1, 0), 64), self.backoff_max_s))
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ Step = InSync | Wait | Create | Record | Delete
 def _epoch(rfc3339: str) -> float:
     try:
         return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # year 0001 in local time, say
         return 0.0
 
 

@@ -10,8 +10,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from .metrics import Metrics
 
 
-def create_app(metrics: Metrics, healthy: Callable[[], str | None]) -> web.Application:
-    """``healthy()`` returns None when healthy, else what is wrong."""
+def create_app(
+    metrics: Metrics,
+    healthy: Callable[[], str | None],
+    degraded: Callable[[], list[str]] = list,
+) -> web.Application:
+    """``healthy()`` returns None when healthy, else what is wrong (503); ``degraded()`` what
+    does not work now although the controller keeps serving (200, one line each)."""
 
     async def metrics_view(_: web.Request) -> web.Response:
         body = generate_latest(metrics.registry)
@@ -20,7 +25,7 @@ def create_app(metrics: Metrics, healthy: Callable[[], str | None]) -> web.Appli
     async def healthz(_: web.Request) -> web.Response:
         problem = healthy()
         if problem is None:
-            return web.Response(text="ok\n")
+            return web.Response(text="ok\n" + "".join(f"degraded: {p}\n" for p in degraded()))
         return web.Response(status=503, text=problem + "\n")
 
     app = web.Application()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -104,8 +105,9 @@ class Settings:
             "renew_deadline",
             "retry_period",
         ):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} {getattr(self, name)}: expected a positive number")
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):  # inf would sleep or wait forever
+                raise ConfigError(f"{name} {value}: expected a positive finite number")
         for item in filter(None, self.job_pod_annotations.split(",")):
             if "=" not in item:
                 raise ConfigError(f"job_pod_annotations item {item!r}: expected key=value")
@@ -169,13 +171,16 @@ def _from_file(path: str) -> dict[str, Any]:
         raise ConfigError(
             f"config file {path}: version {version!r} unknown, expected {CONFIG_VERSION!r}"
         )
-    unknown = sorted(set(doc) - set(FIELDS))
+    unknown = sorted(str(k) for k in set(doc) - set(FIELDS))  # YAML keys may be numbers
     if unknown:
         raise ConfigError(f"config file {path}: unknown keys {unknown}; known: {sorted(FIELDS)}")
     return doc
 
 
 def _coerce(name: str, raw: Any, where: str) -> Any:
+    if isinstance(raw, dict | list) or raw is None:
+        # str() would turn `job_image: [a, b]` into the image "['a', 'b']" without a word.
+        raise ConfigError(f"{where}: {name}={raw!r} is not a valid {FIELDS[name].type}")
     try:
         if isinstance(raw, bool):
             raw = str(raw)

@@ -15,6 +15,11 @@ from typing import Any
 
 RESULTS = ("succeeded", "failed")
 MAX_MESSAGE = 1024
+#: A reason or version longer than this is not one the agent wrote; cut so a node annotation stays
+#: small whatever a termination message holds.
+MAX_WORD = 128
+#: No controller counts tries this high (retry_limit is a handful); a larger one is forged.
+MAX_ATTEMPT = 1_000_000
 """Characters of the agent's message kept in the annotation and Event."""
 
 
@@ -59,11 +64,8 @@ def parse(text: str | None) -> Status | None:
     """The status in ``text``, or None when absent or not one the controller wrote."""
     if not text:
         return None
-    try:
-        data: Any = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
+    data = _json_object(text)
+    if data is None:
         return None
     try:
         status = Status(
@@ -78,11 +80,24 @@ def parse(text: str | None) -> Status | None:
             message=str(data.get("message", "")),
             retry=str(data.get("retry", "")),
         )
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # "attempt": Infinity
         return None
     if status.action not in ("enable", "disable") or status.result not in RESULTS:
         return None
+    if not 1 <= status.attempt <= MAX_ATTEMPT:
+        # Anyone who may annotate nodes can write this: a negative count would retry without
+        # end, a huge one makes the backoff's 2**attempt a huge integer. Not ours: ignored.
+        return None
     return status
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object, or None (not JSON, not an object, nested beyond the parser)."""
+    try:
+        data: Any = json.loads(text)
+    except (ValueError, RecursionError):  # "[[[[…" 4096 deep exhausts Python's stack
+        return None
+    return data if isinstance(data, dict) else None
 
 
 @dataclass(frozen=True)
@@ -125,11 +140,8 @@ def agent_result(text: str | None) -> AgentResult | None:
     JSON without ``action``, ``node`` and a boolean ``succeeded``)."""
     if not text:
         return None
-    try:
-        data: Any = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
+    data = _json_object(text)
+    if data is None:
         return None
     action, node, succeeded = data.get("action"), data.get("node"), data.get("succeeded")
     if not isinstance(action, str) or not isinstance(node, str) or not isinstance(succeeded, bool):
@@ -138,9 +150,9 @@ def agent_result(text: str | None) -> AgentResult | None:
         action=action,
         node=node,
         succeeded=succeeded,
-        reason=str(data.get("reason", "")),
+        reason=str(data.get("reason", ""))[:MAX_WORD],
         message=str(data.get("message", ""))[:MAX_MESSAGE],
-        agent_version=str(data.get("agent_version", "")),
+        agent_version=str(data.get("agent_version", ""))[:MAX_WORD],
     )
 
 
