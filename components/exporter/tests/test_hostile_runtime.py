@@ -17,13 +17,19 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from lj_runtimekit_exporter.app import Exporter
 from lj_runtimekit_exporter.collector import Exposition, State
-from lj_runtimekit_exporter.kubelet import PodResources, PodResourcesUnavailable
+from lj_runtimekit_exporter.kubelet import (
+    KubeletPods,
+    PodResources,
+    PodResourcesUnavailable,
+    PodsUnavailable,
+)
 from lj_runtimekit_exporter.runtime import RuntimeClient, RuntimeGarbage, RuntimeUnavailable
 from lj_runtimekit_exporter.settings import Settings
 from lj_runtimekit_exporter.snapshot import Snapshot
@@ -295,3 +301,27 @@ async def test_a_poll_loop_that_fails_exits_1_not_0(
         pytest.fail("the exporter kept running with its poll loop dead")
     assert proc.returncode == 1, out.decode()
     assert b"exporter_failed" in out
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 100_000 + b"]" * 100_000, b"\xff\xfe", b'{"items": []' + b" " * (64 << 20) + b"}"],
+    ids=["deep", "non-utf8", "huge"],
+)
+async def test_a_bad_kubelet_pods_answer_is_pods_unavailable(body: bytes) -> None:
+    async def pods(_: web.Request) -> web.Response:
+        return web.Response(body=body)
+
+    app = web.Application()
+    app.router.add_get("/pods", pods)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    source = KubeletPods(f"http://127.0.0.1:{runner.addresses[0][1]}/pods", 10.0)
+    await source.start()
+    try:
+        with pytest.raises(PodsUnavailable):
+            await source.pods()
+    finally:
+        await source.stop()
+        await runner.cleanup()
