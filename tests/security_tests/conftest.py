@@ -5,7 +5,7 @@ plugin's policy reads).
 
 Only the access objects are applied (ServiceAccounts, roles, bindings, admission policies, the
 CRDs), plus the controller's Deployment at zero replicas: the parameter of its policy. They are
-removed again at the end of the session, the CRDs excepted (other tests use them).
+removed again at the end of the module, the CRDs excepted (other tests use them).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -221,7 +220,7 @@ def _token(root: Caller, account: str, pod: Obj | None) -> str:
     return str(ok(root("POST", path, body), f"token of {account}")["status"]["token"])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def rig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     objs = access_objects()
     crds = sorted((DEPLOY / "crds").glob("*.yaml"))
@@ -297,8 +296,3 @@ def rig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         for node in (own, other):
             core.delete_node(node)
         admin.close()  # type: ignore[no-untyped-call]
-
-
-@pytest.fixture(scope="session")
-def chart_path() -> Path:
-    return DEPLOY / "helm" / "lj-runtimekit"
