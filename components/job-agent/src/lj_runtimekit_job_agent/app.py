@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import posixpath
+import signal
 import sys
 import time
 from pathlib import Path
@@ -273,10 +275,42 @@ async def run_async(settings: Settings) -> tuple[int, result.Result]:
     return code, outcome
 
 
+async def _until_signal(settings: Settings) -> int:
+    """Run the action; SIGTERM/SIGINT stop it with a result that says so, a second one at once.
+
+    Stopping mid-action is safe: every file is replaced atomically and the restart marker,
+    written before the edit, makes the next run finish the restart.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    hits = 0
+
+    def on_signal() -> None:
+        nonlocal hits
+        hits += 1
+        if hits > 1:
+            os._exit(result.EXIT_INTERRUPTED)  # the second signal: out now
+        if task is not None:
+            task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        code, _ = await run_async(settings)
+    except asyncio.CancelledError:
+        message = (
+            "stopped by a signal before the action finished; files are whole, and the next run "
+            "finishes it (restarting containerd if an edit is not loaded yet)"
+        )
+        result.write(settings.termination_log, _outcome(settings, False, "Interrupted", message))
+        log.error("action_interrupted", action=settings.action, exit_code=result.EXIT_INTERRUPTED)
+        return result.EXIT_INTERRUPTED
+    return code
+
+
 def run(settings: Settings) -> int:
     logs.configure(
         settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
     )
     log.info("starting", version=__version__, settings=settings.__dict__)
-    code, _ = asyncio.run(run_async(settings))
-    return code
+    return asyncio.run(_until_signal(settings))

@@ -138,6 +138,9 @@ async def _run(command: str, limit_s: float) -> tuple[int, str]:
         proc.kill()
         await proc.wait()
         return -1, f"timed out after {limit_s:g}s"
+    except asyncio.CancelledError:
+        proc.kill()  # stopped by a signal: leave no command of ours running behind
+        raise
     return proc.returncode or 0, out.decode(errors="replace").strip()[-500:]
 
 

@@ -16,6 +16,9 @@ EXIT_USAGE: Final = 2
 EXIT_RUNTIME_UNAVAILABLE: Final = 3
 EXIT_CONFIG_REFUSED: Final = 4
 EXIT_CONTAINERD_NOT_BACK: Final = 5
+#: Stopped by SIGTERM/SIGINT (128 + SIGINT), the code every daemon of the suite uses for a signal
+#: that ends it before its work is done.
+EXIT_INTERRUPTED: Final = 130
 
 #: The kubelet keeps at most 4096 bytes of a termination message.
 MAX_MESSAGE: Final = 4096

@@ -154,7 +154,8 @@ def parser() -> argparse.ArgumentParser:
         description="Enables or disables Runtime Kit on this node: the Runtime's config daemon and "
         f"containerd's lj-runtime handler. Each flag also reads {ENV_PREFIX}<FLAG>. Exit codes: "
         "0 done, 1 failed, 2 usage, 3 Runtime unavailable, 4 containerd config refused, "
-        "5 containerd not back after restart.",
+        "5 containerd not back after restart (or the handler not loaded by it), 130 stopped by a "
+        "signal.",
     )
     p.add_argument("--version", action="version", version=f"lj-runtimekit-job-agent {__version__}")
     p.add_argument("action", choices=ACTIONS, help="what to do on this node")
