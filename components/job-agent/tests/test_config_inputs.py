@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from lj_runtimekit_job_agent import app, host, result
 from lj_runtimekit_job_agent import containerd_config as cc
 from lj_runtimekit_job_agent import settings as agent_settings
+from lj_runtimekit_job_agent.errors import ConfigError
 
 SAMPLES = Path(__file__).parent / "samples"
 GOOD = ["v1-legacy", "v2-nvidia", "v2-plain", "v3-nvidia", "v3-default", "v4-containerd2.4-default"]
@@ -150,3 +151,28 @@ def test_a_dangling_absolute_link_is_resolved_under_the_host_root(tmp_path: Path
     host.write_atomic(host.resolve(str(tmp_path), link), "version = 2\n")
     assert link.is_symlink()
     assert (tmp_path / "etc/real.toml").read_text() == "version = 2\n"
+
+
+@FAST
+@given(
+    env=st.dictionaries(
+        st.sampled_from(sorted(agent_settings.FIELDS)).map(
+            lambda n: agent_settings.ENV_PREFIX + n.upper()
+        ),
+        st.text(max_size=12) | st.sampled_from(["nan", "inf", "-1", "0", "1e9", "yes", ""]),
+        max_size=4,
+    )
+)
+def test_any_environment_gives_settings_or_an_error_naming_the_variable(
+    env: dict[str, str],
+) -> None:
+    try:
+        loaded = agent_settings.load(["enable"], environ=env)
+    except ConfigError as e:
+        error = str(e)
+    else:
+        assert loaded.restart_timeout < float("inf")
+        assert loaded.rpc_timeout < float("inf")
+        return
+    named = [k.removeprefix(agent_settings.ENV_PREFIX).lower() for k in env]
+    assert any(k in error for k in env) or any(n in error for n in named), error

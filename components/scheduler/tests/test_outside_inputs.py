@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lj_runtimekit_scheduler import gang, gpu, objects, quantity
+from lj_runtimekit_scheduler.errors import ConfigError
 from lj_runtimekit_scheduler.informer import Informers
 from lj_runtimekit_scheduler.model import (
     ASSIGNMENT_ANNOTATION,
@@ -22,7 +23,7 @@ from lj_runtimekit_scheduler.model import (
     Pod,
 )
 from lj_runtimekit_scheduler.queue import SchedulingQueue
-from lj_runtimekit_scheduler.settings import Settings
+from lj_runtimekit_scheduler.settings import Settings, parse_file
 from lj_runtimekit_scheduler.state import ClusterState
 
 FAST = settings(max_examples=80, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
@@ -269,3 +270,28 @@ def test_any_forged_decisions_added_and_removed_never_overcommit_what_real_pods_
     for i in range(4):
         state.remove_pod(f"forged-{i}")
     assert state.nodes["n"].device_use == gpu.apply({}, real), "only the real pod's use is left"
+
+
+@FAST
+@given(
+    doc=st.dictionaries(
+        st.one_of(
+            st.sampled_from(
+                ["schedulerName", "gpuStrategy", "plugins", "gangTimeoutSeconds", "resource_gpu"]
+            ),
+            st.text(max_size=8),
+            st.integers(),
+            st.none(),
+        ),
+        json_values,
+        max_size=4,
+    )
+)
+def test_any_configmap_document_gives_settings_or_an_error_naming_it(doc: dict[Any, Any]) -> None:
+    try:
+        Settings(**parse_file({"version": "v1", **doc}, "cm.yaml"))
+    except ConfigError as e:
+        error = str(e)
+    else:
+        return
+    assert "cm.yaml" in error or any(str(k) in error for k in doc), "the error names the input"

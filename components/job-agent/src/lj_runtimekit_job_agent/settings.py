@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import posixpath
 import socket
@@ -117,8 +118,9 @@ class Settings:
         if self.restart_marker and not self.restart_marker.startswith("/"):
             raise ConfigError(f"restart_marker {self.restart_marker!r}: expected a host path")
         for name in ("restart_timeout", "rpc_timeout"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} {getattr(self, name)}: expected a positive number")
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):  # inf: wait forever
+                raise ConfigError(f"{name} {value}: expected a positive finite number")
 
     @property
     def annotation_patterns(self) -> tuple[str, ...]:
