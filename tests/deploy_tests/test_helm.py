@@ -368,5 +368,5 @@ def test_notes_say_what_to_check_in_the_release_namespace(helm: Path) -> None:
     assert "kubectl get nodes -l example.com/accelerator=true" in notes
     assert "kubectl -n gpu-system rollout status daemonset/lj-runtimekit-device-plugin" in notes
     assert "kubectl -n gpu-system get pods -l app.kubernetes.io/instance=ljrk" in notes
-    assert "kubectl apply --server-side -f crds/" in notes
+    assert "kubectl apply --server-side --force-conflicts -f crds/" in notes
     assert "kube-system" not in notes
