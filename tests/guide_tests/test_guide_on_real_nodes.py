@@ -404,7 +404,7 @@ def test_removing_the_label_disables_the_node(deployed: RealCluster) -> None:
 
 def test_undeploy_leaves_the_nodes_as_they_were(deployed: RealCluster) -> None:
     op = deployed.operator
-    op.deploy_all("undeploy")
+    op.deploy_all("undeploy", "--yes", "--purge")
     assert not op.suite_pods()
     for node in deployed.named.values():
         meta = op.node(node.name)["metadata"]

@@ -144,6 +144,7 @@ class Operator:
         out = subprocess.run(
             [str(self.deploy_dir / "deploy-all.sh"), *args],
             env={**self.env(), **env},
+            stdin=subprocess.DEVNULL,  # a question the script asks fails the call, never waits
             capture_output=True,
             text=True,
             timeout=900,
