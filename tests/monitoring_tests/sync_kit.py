@@ -88,7 +88,7 @@ def chart_prometheus_rule() -> str:
         "  name: lj-runtimekit\n"
         "  namespace: {{ .Release.Namespace }}\n"
         "  labels:\n"
-        "    app.kubernetes.io/part-of: lj-runtimekit\n"
+        '    {{- include "ljrk.labels" (dict "root" . "component" "") | nindent 4 }}\n'
         "    {{- with .Values.monitoring.prometheusRule.labels }}\n"
         "    {{- toYaml . | nindent 4 }}\n"
         "    {{- end }}\n"
@@ -106,7 +106,7 @@ def chart_dashboard() -> str:
         "  name: lj-runtimekit-dashboard\n"
         "  namespace: {{ .Release.Namespace }}\n"
         "  labels:\n"
-        "    app.kubernetes.io/part-of: lj-runtimekit\n"
+        '    {{- include "ljrk.labels" (dict "root" . "component" "") | nindent 4 }}\n'
         "    {{- with .Values.monitoring.grafanaDashboard.labels }}\n"
         "    {{- toYaml . | nindent 4 }}\n"
         "    {{- end }}\n"

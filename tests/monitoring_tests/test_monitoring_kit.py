@@ -285,7 +285,14 @@ def test_chart_monitoring_objects_equal_the_raw_ones_in_the_release_namespace() 
     assert sm["metadata"]["labels"]["release"] == "kps"
     assert sm["spec"]["namespaceSelector"] == {"matchNames": ["gpu-system"]}
     assert sm["spec"]["endpoints"] == [{**raw_sm["spec"]["endpoints"][0], "interval": "15s"}]
-    assert sm["spec"]["selector"] == raw_sm["spec"]["selector"]
+    # the raw selector, narrowed to this release
+    assert sm["spec"]["selector"]["matchLabels"] == {
+        **raw_sm["spec"]["selector"]["matchLabels"],
+        "app.kubernetes.io/instance": "lj-runtimekit",
+    }
+    services = [o for o in objs if o["kind"] == "Service"]
+    for svc in services:
+        assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     rule = by_kind["PrometheusRule"]
     assert rule["metadata"]["labels"]["release"] == "kps"
     assert rule["spec"] == yaml.safe_load(RULES.read_text())

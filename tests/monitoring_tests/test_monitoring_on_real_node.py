@@ -155,11 +155,14 @@ def suite(real_cluster: RealCluster) -> RealCluster:  # noqa: F811
     rc.operator.label(node.name, True)
     out = rc.operator.deploy_all("deploy")
     assert "all selected components are ready" in out.stdout, out.stdout
-    wait_for(
-        f"the agent's enable recorded on {node.name}",
-        functools.partial(_enabled, rc, node.name),
-        240,
-    )
+    try:
+        wait_for(
+            f"the agent's enable recorded on {node.name}",
+            functools.partial(_enabled, rc, node.name),
+            240,
+        )
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n{_kube_system(rc)}") from None
     rc.operator.kubectl("create", "namespace", WORK_NS)
     wait_for(
         "the workload namespace's default ServiceAccount",
@@ -175,8 +178,24 @@ def suite(real_cluster: RealCluster) -> RealCluster:  # noqa: F811
         path.write_text(json.dumps(body))
         rc.operator.kubectl("create", "-f", str(path))
     for name in SHARERS:
-        wait_for(f"pod {name} Running", functools.partial(_running, rc, name), 120)
+        try:
+            wait_for(f"pod {name} Running", functools.partial(_running, rc, name), 120)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n{_kube_system(rc)}") from None
     return rc
+
+
+def _kube_system(rc: RealCluster) -> str:
+    """What an operator looks at when the suite misbehaves (guide §3.4)."""
+    out = []
+    for args in (
+        ("-n", "kube-system", "get", "jobs,pods", "-o", "wide"),
+        ("get", "events", "-A", "--sort-by=.lastTimestamp"),
+        ("-n", "kube-system", "logs", "deployment/lj-runtimekit-controller", "--tail=40"),
+    ):
+        got = rc.operator.kubectl(*args, check=False)
+        out.append(f"$ kubectl {' '.join(args)}\n{got.stdout[-4000:]}{got.stderr[-1000:]}")
+    return "\n".join(out)
 
 
 def _enabled(rc: RealCluster, node: str) -> bool:
