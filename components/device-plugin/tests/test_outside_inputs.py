@@ -7,6 +7,7 @@ scheduler assignment must never make the plugin over-commit a device).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import AsyncIterator
@@ -408,3 +409,31 @@ async def test_events_cannot_collide_with_or_grow_the_inventory_past_its_bound()
     assert not inv.view().devices[0].healthy
     await inv.update(Device(id=f"x-{i}", index=i + 1) for i in range(MAX_DEVICES + 10))
     assert len(inv.view().devices) == MAX_DEVICES
+
+
+async def test_a_pod_list_sent_in_many_chunks_is_read_whole() -> None:
+    """A real kubelet's /pods of a few pods is longer than one network read: found on a real
+    node, where ``content.read(n)`` returned the first chunk only and every shared Allocate was
+    refused with a JSONDecodeError."""
+    pods = [{"metadata": {"name": f"p{i}", "uid": f"u{i}", "note": "x" * 2000}} for i in range(50)]
+    body = json.dumps({"kind": "PodList", "items": pods}).encode()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for at in range(0, len(body), 4096):
+            await response.write(body[at : at + 4096])
+            await asyncio.sleep(0.001)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/pods", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        got = await kubelet_pods(f"http://127.0.0.1:{runner.addresses[0][1]}/pods", 10.0)
+    finally:
+        await runner.cleanup()
+    assert [p["metadata"]["name"] for p in got] == [f"p{i}" for i in range(50)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import os
 import sys
@@ -325,3 +326,37 @@ async def test_a_bad_kubelet_pods_answer_is_pods_unavailable(body: bytes) -> Non
     finally:
         await source.stop()
         await runner.cleanup()
+
+
+async def test_a_pod_list_sent_in_many_chunks_is_read_whole() -> None:
+    """``content.read(n)`` returns what has arrived so far: a pod list longer than one network
+    chunk was cut short and read as garbage (seen with the device plugin's copy on a real node)."""
+    pods = [
+        {"metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}", "note": "x" * 2000},
+         "status": {"phase": "Running"}}
+        for i in range(50)
+    ]  # fmt: skip
+    body = json.dumps({"kind": "PodList", "items": pods}).encode()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for at in range(0, len(body), 4096):
+            await response.write(body[at : at + 4096])
+            await asyncio.sleep(0.001)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/pods", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    source = KubeletPods(f"http://127.0.0.1:{runner.addresses[0][1]}/pods", 10.0)
+    await source.start()
+    try:
+        got = await source.pods()
+    finally:
+        await source.stop()
+        await runner.cleanup()
+    assert len(got) == 50

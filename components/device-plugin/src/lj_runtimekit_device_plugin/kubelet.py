@@ -27,8 +27,8 @@ async def kubelet_pods(url: str, timeout_s: float = 2.0) -> list[dict[str, Any]]
         ):
             if r.status != 200:
                 raise PodsUnavailable(f"kubelet {url} answered {r.status}")
-            body = await r.content.read(MAX_PODS_BYTES + 1)
-            if len(body) > MAX_PODS_BYTES:
+            body = await _read_capped(r, MAX_PODS_BYTES)
+            if body is None:
                 raise PodsUnavailable(f"kubelet {url} answered more than {MAX_PODS_BYTES} bytes")
             doc = json.loads(body)
     except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as e:
@@ -40,3 +40,16 @@ async def kubelet_pods(url: str, timeout_s: float = 2.0) -> list[dict[str, Any]]
     if not isinstance(items, list):
         raise PodsUnavailable(f"kubelet {url} answered no PodList")
     return [i for i in items if isinstance(i, dict)]
+
+
+async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes | None:
+    """The whole body, or None once it passes ``cap`` bytes. (``content.read(n)`` is not this: it
+    returns what has arrived so far, so a pod list longer than one network chunk was cut short.)"""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > cap:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)

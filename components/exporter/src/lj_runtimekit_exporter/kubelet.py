@@ -80,8 +80,8 @@ class KubeletPods:
                         f"kubelet {self._url} answered HTTP {resp.status}: is the read-only port "
                         "enabled (readOnlyPort: 10255)? Otherwise use --pods-source=apiserver"
                     )
-                body = await resp.content.read(MAX_PODS_BYTES + 1)
-                if len(body) > MAX_PODS_BYTES:
+                body = await _read_capped(resp, MAX_PODS_BYTES)
+                if body is None:
                     raise PodsUnavailable(
                         f"kubelet {self._url} answered more than {MAX_PODS_BYTES} bytes: not a "
                         "node's pod list"
@@ -93,6 +93,19 @@ class KubeletPods:
                 "(readOnlyPort: 10255)? Otherwise use --pods-source=apiserver"
             ) from e
         return pods_from_podlist(doc)
+
+
+async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes | None:
+    """The whole body, or None once it passes ``cap`` bytes. (``content.read(n)`` is not this: it
+    returns what has arrived so far, so a pod list longer than one network chunk was cut short.)"""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > cap:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class PodResourcesUnavailable(TemporaryError):
