@@ -152,12 +152,14 @@ def test_the_device_plugin_pod_registers_the_resources_with_the_kubelet(
     op = deployed.operator
     gpu, ppu = deployed.named["gpu"], deployed.named["ppu"]
 
-    def registered(node: str, resource: str) -> dict[str, str] | None:
+    def registered(node: str, *resources: str) -> dict[str, str] | None:
         got = op.node(node)
         cap = accelerator_capacity(got)
-        return cap if cap.get(resource, "0") != "0" else None
+        # each resource is its own registration: the kubelet publishes them one by one
+        return cap if all(cap.get(r, "0") != "0" for r in resources) else None
 
-    cap = wait_for("GPUs registered", lambda: registered(gpu.name, "aliyun.com/gpu"), 60)
+    every_gpu_resource = ("aliyun.com/gpu", "aliyun.com/gpu-core", "aliyun.com/gpu-memory")
+    cap = wait_for("GPUs registered", lambda: registered(gpu.name, *every_gpu_resource), 60)
     assert cap["aliyun.com/gpu"] == "8"
     assert cap["aliyun.com/gpu-core"] == "800"
     assert int(cap["aliyun.com/gpu-memory"]) > 0
