@@ -53,9 +53,10 @@ lint: setup buf ## ruff, mypy --strict, import-linter contracts, buf lint/breaki
 	$(VENV)/bin/lint-imports
 
 .PHONY: k8s-bin
-k8s-bin: ## build (first time) the test control plane and real-node binaries into ~/.cache/lj-runtimekit
+k8s-bin: ## build (first time) the test control plane, real-node binaries and Prometheus into ~/.cache/lj-runtimekit
 	tests/cluster/build-binaries.sh
 	tests/cluster/build-node-binaries.sh
+	tests/monitoring_tests/build-prometheus.sh >/dev/null
 
 .PHONY: isolation
 isolation: $(UV) ## each component's tests in a venv that holds only that component
