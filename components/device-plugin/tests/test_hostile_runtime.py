@@ -19,10 +19,11 @@ import grpc
 import pytest
 
 from lj_runtimekit_device_plugin import runtime
-from lj_runtimekit_device_plugin.app import Stop, serve
+from lj_runtimekit_device_plugin.app import serve
 from lj_runtimekit_device_plugin.assignment import ALLOCATION, ASSIGNMENT, PodView
 from lj_runtimekit_device_plugin.errors import PermanentError
 from lj_runtimekit_device_plugin.handshake import SharedHandshake
+from lj_runtimekit_device_plugin.lifecycle import Tasks
 from lj_runtimekit_device_plugin.model import Device
 from lj_runtimekit_device_plugin.podresources import PodResourcesClient, PodResourcesUnavailable
 from lj_runtimekit_device_plugin.resources import ResourceNames
@@ -207,7 +208,7 @@ async def _until(cond: Any, within_s: float = 20.0) -> None:
 @contextlib.asynccontextmanager
 async def daemon(
     hostile: HostileRuntime, plugin_dir: Path
-) -> AsyncIterator[tuple[str, Stop, asyncio.Task[None]]]:
+) -> AsyncIterator[tuple[str, Tasks, asyncio.Task[None]]]:
     s = load(
         [
             "--socket-dir",
@@ -235,7 +236,7 @@ async def daemon(
         ],
         {},
     )
-    stop = Stop()
+    stop = Tasks()
     port: list[int] = []
     task = asyncio.create_task(serve(s, stop, bound=port.append))
     try:
@@ -243,7 +244,7 @@ async def daemon(
         assert not task.done(), task
         yield f"http://127.0.0.1:{port[0]}", stop, task
     finally:
-        stop.set()
+        stop.stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, 15)
 

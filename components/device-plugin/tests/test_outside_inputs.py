@@ -77,7 +77,7 @@ def test_any_yaml_config_is_settings_or_an_error_naming_key_and_value(
         return
     for name in ("health_interval", "rpc_timeout", "allocate_timeout", "reconcile_interval"):
         assert 0 < getattr(s, name) < math.inf
-    assert 0 <= s.port <= 65535
+    assert 0 <= s.metrics_address[1] <= 65535
 
 
 @FUZZ

@@ -20,13 +20,16 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import grpc
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
-from lj_runtimekit_exporter.collector import Exposition, SnapshotCollector, State
+from lj_runtimekit_exporter.collector import Exposition, State, all_families
 from lj_runtimekit_exporter.runtime import RuntimeClient
 from lj_runtimekit_exporter.snapshot import Snapshot
 from lj_runtimekit_interface.runtime.v1 import device_pb2, device_pb2_grpc
@@ -106,13 +109,26 @@ async def wait_ready(session: aiohttp.ClientSession, url: str, devices: int) -> 
     raise TimeoutError("exporter did not serve the simulator's devices in 30 s")
 
 
+class ClientPython(Collector):
+    """The same families through client_python's own exposition (the anchor)."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        return (f.build() for f in all_families(self.state, time.time()))
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
 async def render_cost(sim: Simulator, rounds: int = 20) -> tuple[float, float]:
     """CPU seconds to render one fresh snapshot: ours, and client_python's generate_latest."""
     async with RuntimeClient(str(sim.socket_dir), 5.0) as client:
         rt = await client.read(await client.version())
     state = State(node="bench", pods_source="none", max_age=1e9)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(state))
+    registry.register(ClientPython(state))
     exposition = Exposition(state)
     ours, theirs = [], []
     for _ in range(rounds):
@@ -136,8 +152,7 @@ async def scenario(devices: int, containers: int, scrapes: int) -> list[Figure]:
         port = free_port()
         flags = {
             "--socket-dir": str(sim.socket_dir),
-            "--port": str(port),
-            "--listen-address": "127.0.0.1",
+            "--metrics-bind-address": f"127.0.0.1:{port}",
             "--pods-source": "none",
             "--node-name": "bench",
             "--log-level": "warning",

@@ -70,8 +70,7 @@ async def exporter_factory() -> AsyncIterator[Callable[..., Awaitable[RunningExp
     async def start(**overrides: Any) -> RunningExporter:
         values: dict[str, Any] = {
             "node_name": "node-a",
-            "listen_address": "127.0.0.1",
-            "port": 0,
+            "metrics_bind_address": "127.0.0.1:0",
             "poll_interval": 0.1,
             "pods_source": "none",
         }

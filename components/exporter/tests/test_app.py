@@ -16,8 +16,7 @@ def test_a_missing_kubeconfig_for_the_apiserver_source_exits_2(tmp_path: Path) -
     settings = Settings(
         node_name="n",
         socket_dir=str(tmp_path),
-        port=0,
-        listen_address="127.0.0.1",
+        metrics_bind_address="127.0.0.1:0",
         pods_source="apiserver",
         kubeconfig=str(tmp_path / "missing.kubeconfig"),
         log_format="console",
@@ -33,8 +32,7 @@ def test_a_taken_port_exits_1(tmp_path: Path) -> None:
         settings = Settings(
             node_name="n",
             socket_dir=str(tmp_path),
-            port=port,
-            listen_address="127.0.0.1",
+            metrics_bind_address=f"127.0.0.1:{port}",
             pods_source="none",
             log_format="console",
         )

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.openmetrics import exposition as om_exposition
 from prometheus_client.openmetrics import parser as om_parser
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from lj_runtimekit_exporter import runtime
-from lj_runtimekit_exporter.collector import Exposition, SnapshotCollector, State
+from lj_runtimekit_exporter.collector import Exposition, State, all_families
 from lj_runtimekit_exporter.snapshot import Pod, RuntimeState, Snapshot
 from lj_runtimekit_interface.runtime.v1 import device_pb2, monitor_pb2
 
@@ -99,11 +101,24 @@ def series(families: Iterable[Any]) -> set[tuple[str, tuple[tuple[str, str], ...
     return {(s.name, tuple(sorted(s.labels.items())), s.value) for f in families for s in f.samples}
 
 
+class ClientPython(Collector):
+    """The same families through client_python's own exposition: the reference renderer."""
+
+    def __init__(self, state: State, now: float) -> None:
+        self.state, self.now = state, now
+
+    def collect(self) -> Iterator[Metric]:
+        return (f.build() for f in all_families(self.state, self.now))
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
 def render(rt: RuntimeState, pods: tuple[Pod, ...] | None) -> None:
     """Our exposition parses, in both formats, to exactly client_python's series."""
     state = State(node="node-ü", pods_source="kubelet", snapshot=Snapshot("node-ü", 10.0, rt, pods))
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(state, clock=lambda: 11.0))
+    registry.register(ClientPython(state, 11.0))
     exposition = Exposition(state, clock=lambda: 11.0)
     ours = series(parse_text(exposition.body(False).decode()))
     theirs = generate_latest(registry).decode()

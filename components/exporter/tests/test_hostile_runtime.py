@@ -124,12 +124,11 @@ async def exporter(hostile: HostileRuntime, **kw: Any) -> AsyncIterator[tuple[Ex
     s = Settings(
         node_name="n1",
         socket_dir=str(hostile.socket_dir),
-        port=0,
-        listen_address="127.0.0.1",
+        metrics_bind_address="127.0.0.1:0",
         pods_source="none",
         poll_interval=0.1,
         rpc_timeout=0.5,
-        log_format="console",
+        log_format="text",
         **{"pod_resources_socket": "", **kw},
     )
     e = Exporter(s)

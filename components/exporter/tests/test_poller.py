@@ -6,7 +6,8 @@ import pytest
 
 from lj_runtimekit_exporter.collector import State
 from lj_runtimekit_exporter.errors import TemporaryError
-from lj_runtimekit_exporter.poller import Poller, backoff_delay
+from lj_runtimekit_exporter.poller import Poller
+from lj_runtimekit_exporter.runtime_channel import backoff_s
 from lj_runtimekit_exporter.snapshot import Pod, RuntimeState
 
 
@@ -52,11 +53,11 @@ def make() -> tuple[Poller, State, ScriptedRuntime, ScriptedPods]:
 
 @pytest.mark.parametrize(
     ("attempt", "delay"),
-    [(1, 1.0), (2, 2.0), (3, 4.0), (5, 16.0), (6, 30.0), (50, 30.0)],
-    ids=["1st", "2nd", "3rd", "5th", "capped", "long-outage"],
+    [(1, 1.0), (2, 2.0), (3, 4.0), (5, 16.0), (6, 30.0), (50, 30.0), (10**9, 30.0)],
+    ids=["1st", "2nd", "3rd", "5th", "capped", "long-outage", "huge-count"],
 )
 def test_reconnect_backoff_is_the_guides(attempt: int, delay: float) -> None:
-    assert backoff_delay(attempt) == delay
+    assert backoff_s(attempt) == delay
 
 
 async def test_a_round_publishes_a_snapshot_with_runtime_and_pods() -> None:
@@ -83,7 +84,7 @@ async def test_an_unreachable_runtime_gives_runtime_none_then_backoff_then_recov
     for attempt in (1, 2, 3):
         snap = await poller.poll_once()
         assert snap.runtime is None
-        assert poller.next_delay() == backoff_delay(attempt)
+        assert poller.next_delay() == backoff_s(attempt)
     assert state.stats.errors["runtime"] == 3
     rt.error = None
     snap = await poller.poll_once()

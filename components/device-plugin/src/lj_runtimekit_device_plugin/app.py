@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
 from aiohttp import web
 from kubernetes_asyncio.config import ConfigException
 
-from . import __version__, logs
+from . import __version__, lifecycle, logs
 from .allocate import Allocator
 from .annotations import not_passed
 from .assignment import PodView
@@ -53,26 +51,6 @@ def names_of(s: Settings) -> ResourceNames:
         enabled=frozenset(s.enabled),
         mig_strategy=s.mig_strategy,
     )
-
-
-class Stop(asyncio.Event):
-    """The stop event, remembering whether a fatal error (not a signal) set it."""
-
-    fatal: str = ""
-
-
-async def _guard(name: str, coro: object, stop: asyncio.Event) -> None:
-    try:
-        await coro  # type: ignore[misc]
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:
-        log.exception("task_failed", task=name, next="shutting down so the DaemonSet restarts us")
-        if isinstance(stop, Stop) and not stop.is_set():
-            stop.fatal = f"task {name} failed: {e!r}"
-        stop.set()
-        raise
-    log.info("task_ended", task=name)
 
 
 async def _track(inventory: Inventory, metrics: PluginMetrics, follower: HealthFollower) -> None:
@@ -254,11 +232,16 @@ def health_report(
 
 
 async def serve(
-    s: Settings, stop: asyncio.Event, *, bound: Callable[[int], None] | None = None
+    s: Settings,
+    stop: asyncio.Event | lifecycle.Tasks,
+    *,
+    bound: Callable[[int], None] | None = None,
 ) -> None:
     """Run until ``stop`` is set; then stop serving, remove our sockets, close clients.
 
-    Pass a :class:`Stop` to learn afterwards whether a fatal error, not a signal, set it."""
+    Pass :class:`lifecycle.Tasks` to learn afterwards (``fatal``) whether a failed task, not a
+    signal, ended it."""
+    tasks = stop if isinstance(stop, lifecycle.Tasks) else lifecycle.Tasks(stop)
     names = names_of(s)
     metrics = PluginMetrics()
     inventory = Inventory()
@@ -313,31 +296,29 @@ async def serve(
 
     runner = web.AppRunner(create_app(metrics, healthy))
     await runner.setup()
-    await web.TCPSite(runner, s.listen_address, s.port).start()
+    await web.TCPSite(runner, *s.metrics_address).start()
+    if s.probe_address is not None:
+        # the probe address serves the same routes: kubelet probes reach /healthz there
+        await web.TCPSite(runner, *s.probe_address).start()
     if bound is not None:
-        bound(int(runner.addresses[0][1]))  # the real port when --port 0
-    tasks = [
-        asyncio.create_task(_guard("watch", follower.watch(), stop), name="watch"),
-        asyncio.create_task(_guard("poll", follower.poll(), stop), name="poll"),
-        asyncio.create_task(_guard("metrics", _track(inventory, metrics, follower), stop)),
-        asyncio.create_task(_guard("reconcile", reclaimer.run(), stop), name="reconcile"),
-    ]
-    if api is not None and s.publish_inventory == "true":
-        publisher = Publisher(api, s.node_name, names)
-        tasks.append(asyncio.create_task(_guard("publish", _publish(inventory, publisher), stop)))
+        bound(int(runner.addresses[0][1]))  # the real port when the bind address asks for 0
+    tasks.spawn("watch", follower.watch())
+    tasks.spawn("poll", follower.poll())
+    tasks.spawn("metrics", _track(inventory, metrics, follower))
+    tasks.spawn("reconcile", reclaimer.run())
+    if api is not None and s.publish_inventory:
+        tasks.spawn("publish", _publish(inventory, Publisher(api, s.node_name, names)))
     # Registering before the first inventory would advertise nothing: wait for it (or stop).
     first = asyncio.create_task(follower.connected.wait())
-    stopping = asyncio.create_task(stop.wait())
+    stopping = asyncio.create_task(tasks.wait())
     await asyncio.wait({first, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if not stop.is_set():
-        tasks.append(asyncio.create_task(_guard("plugins", host.run(), stop), name="plugins"))
-        await stop.wait()
+    first.cancel()
+    stopping.cancel()
+    if not tasks.stop.is_set():
+        tasks.spawn("plugins", host.run())
+        await tasks.wait()
     log.info("shutting_down")
-    for t in (*reversed(tasks), first, stopping):
-        t.cancel()
-    for t in tasks:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await t
+    await tasks.cancel()
     await host.stop()
     await runner.cleanup()
     await client.close()
@@ -346,41 +327,27 @@ async def serve(
         await api.close()
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
     """Serve until a signal (exit 0) or a fatal error (exit 1, never 0: a pod that ended on an
-    error must not read "Completed" in CrashLoopBackOff)."""
+    error must not read "Completed" in CrashLoopBackOff); a second signal exits 130 at once."""
     logs.configure(
         settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
     )
+    for note in deprecations:
+        log.warning("deprecated_setting", note=note)
     log.info("starting", version=__version__, settings=vars(settings))
-    stop = Stop()
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        signals = 0
-
-        def on_signal() -> None:
-            nonlocal signals
-            signals += 1
-            if signals > 1:
-                raise SystemExit(1)  # a second signal forces exit
-            stop.set()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal)
-        await serve(settings, stop)
+    async def main(tasks: lifecycle.Tasks) -> None:
+        await serve(settings, tasks)
 
     try:
-        asyncio.run(main())
+        return lifecycle.run(main, name="device_plugin")
     except OSError as e:
         log.error(
             "device_plugin_not_started",
             error=str(e),
-            check=f"is {settings.listen_address}:{settings.port} free (--port), and are "
+            check=f"is {settings.metrics_bind_address} free (--metrics-bind-address), and are "
             f"{settings.plugin_dir} and {settings.socket_dir} reachable?",
+            exit_code=lifecycle.EXIT_FAILED,
         )
-        return 1
-    if stop.fatal:
-        log.error("device_plugin_failed", error=stop.fatal, exit_code=1)
-        return 1
-    return 0
+        return lifecycle.EXIT_FAILED

@@ -16,7 +16,7 @@ class Link:
 
     peer_id: str
     type: str
-    """nvlink, pcie_switch, pcie_host_bridge, system or unspecified."""
+    """nvlink, pcie_switch, pcie_host_bridge, system, unspecified or unknown (a newer value)."""
     bandwidth_gbps: float = 0.0
 
 
@@ -41,7 +41,7 @@ class Device:
     uuid: str = ""
     index: int = 0
     kind: str = "gpu"
-    """gpu, ppu, amd, other or unspecified."""
+    """gpu, ppu, amd, other, unspecified or unknown (a newer value)."""
     vendor: str = ""
     model: str = ""
     memory_bytes: int = 0
@@ -50,7 +50,7 @@ class Device:
     pci_bus_id: str = ""
     links: tuple[Link, ...] = ()
     partition_mode: str = "none"
-    """none, mig, tdm (or unspecified, read as none)."""
+    """none, mig, tdm (unspecified or unknown read as none)."""
     partitions: tuple[Partition, ...] = ()
     healthy: bool = True
     reason: str = ""

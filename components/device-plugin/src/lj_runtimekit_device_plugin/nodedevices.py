@@ -20,7 +20,7 @@ LABEL_PREFIX = "lj-runtimekit.aliyun.com/"
 
 
 def _upper(s: str) -> str:
-    return s.upper() if s and s != "unspecified" else "OTHER"
+    return s.upper() if s and s not in ("unspecified", "unknown") else "OTHER"
 
 
 def _partitioning(devices: Sequence[Device]) -> str:

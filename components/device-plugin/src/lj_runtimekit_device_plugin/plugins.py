@@ -18,6 +18,7 @@ import structlog
 
 from lj_runtimekit_interface import sockets
 
+from . import runtime_channel
 from .inventory import Inventory
 from .resources import ResourceNames, advertise
 from .server import (
@@ -35,7 +36,7 @@ log = structlog.get_logger(__name__)
 
 def backoff_s(failures: int) -> float:
     """The guide's backoff before retry ``failures`` + 1: 1 s, x2, at most 30 s."""
-    return float(min(30, 2 ** max(failures - 1, 0)))
+    return max(runtime_channel.BACKOFF_INITIAL_S, runtime_channel.backoff_s(failures))
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -1,8 +1,10 @@
 """The only module that talks to the Runtime: DeviceService over its unix socket.
 
-Protobuf messages become :mod:`model` data here, once. Reconnects follow the guide's backoff
-(1 s, x2, 30 s max) through tenacity. An older Runtime that lacks WatchDevices (absent from
-GetVersion's capabilities, or UNIMPLEMENTED) degrades to the periodic check with one clear log.
+Protobuf messages become :mod:`model` data here, once. The channel, the call conventions and the
+enum decoding are the shared shape of :mod:`.runtime_channel`; reconnects of the watch follow the
+guide's backoff (1 s, x2, 30 s max) through tenacity. An older Runtime that lacks WatchDevices
+(absent from GetVersion's capabilities, or UNIMPLEMENTED) degrades to the periodic check with one
+clear log.
 """
 
 from __future__ import annotations
@@ -21,19 +23,24 @@ from lj_runtimekit_interface.runtime.v1 import device_pb2, device_pb2_grpc
 from .device_facts import screen
 from .errors import PermanentError, TemporaryError
 from .model import Allocation, Device, Injection, Link, Partition, RuntimeInfo
+from .runtime_channel import (
+    BACKOFF_FACTOR,
+    BACKOFF_INITIAL_S,
+    BACKOFF_MAX_S,
+    UNKNOWN,
+    enum_name,
+    open_channel,
+)
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 WATCH_DEVICES = "DeviceService.WatchDevices"
 UPDATE_OWNER = "DeviceService.UpdateAllocationOwner"
-CHANNEL_OPTIONS = (
-    ("grpc.initial_reconnect_backoff_ms", 1000),
-    ("grpc.min_reconnect_backoff_ms", 1000),
-    ("grpc.max_reconnect_backoff_ms", 30000),
-)
 #: The guide's reconnect backoff: 1 s initial, x2, 30 s max.
-BACKOFF = wait_exponential(multiplier=1, exp_base=2, min=1, max=30)
+BACKOFF = wait_exponential(
+    multiplier=BACKOFF_INITIAL_S, exp_base=BACKOFF_FACTOR, min=BACKOFF_INITIAL_S, max=BACKOFF_MAX_S
+)
 
 
 class RuntimeUnavailable(TemporaryError):
@@ -52,16 +59,11 @@ class AllocationRefused(PermanentError):
     """The Runtime refused an allocation (bad ids, no room on the device)."""
 
 
-def _enum(enum: object, number: int, prefix: str) -> str:
-    try:
-        name: str = enum.Name(number)  # type: ignore[attr-defined]
-    except ValueError:
-        return "unspecified"
-    return name.removeprefix(prefix).lower()
+_enum = enum_name
 
 
 def device_from_proto(d: device_pb2.Device) -> Device:
-    """One Runtime device as domain data; unknown enum numbers read as ``unspecified``."""
+    """One Runtime device as domain data; unknown enum numbers read as ``unknown``."""
     mode = _enum(device_pb2.PartitionMode, d.partition_mode, "PARTITION_MODE_")
     return Device(
         id=d.id,
@@ -78,7 +80,7 @@ def device_from_proto(d: device_pb2.Device) -> Device:
             Link(lk.peer_id, _enum(device_pb2.LinkType, lk.type, "LINK_TYPE_"), lk.bandwidth_gbps)
             for lk in d.links
         ),
-        partition_mode="none" if mode == "unspecified" else mode,
+        partition_mode="none" if mode in ("unspecified", UNKNOWN) else mode,
         partitions=tuple(
             Partition(
                 id=p.id,
@@ -152,9 +154,7 @@ class RuntimeClient:
         """Told the method name of each reply that did not parse (for a metric)."""
         self.path = os.path.join(socket_dir, sockets.DEVICE_SOCKET)
         self.timeout = timeout
-        self._channel = grpc.aio.insecure_channel(
-            sockets.unix_target(self.path), options=CHANNEL_OPTIONS
-        )
+        self._channel = open_channel(self.path)
         self._stub = device_pb2_grpc.DeviceServiceStub(self._channel)
 
     async def close(self) -> None:

@@ -2,40 +2,35 @@
 
 Every field is one flag ``--health-interval``, one environment variable
 ``LJ_RUNTIMEKIT_DEVICE_PLUGIN_HEALTH_INTERVAL`` and one key ``health_interval`` of the ConfigMap
-file (YAML, ``version: v1``; unknown versions and keys are rejected). This is the only module that
-reads the environment.
+file (YAML, ``version: v1``; unknown versions and keys are rejected): the shared shape of
+:mod:`.cli` and :mod:`.config` (docs/shape.md). This is the only module that reads the environment.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
-import yaml
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from lj_runtimekit_interface import sockets
 
-from . import __version__
+from . import __version__, cli, config
 from .errors import ConfigError
 
+PROG = "lj-runtimekit-device-plugin"
 ENV_PREFIX = "LJ_RUNTIMEKIT_DEVICE_PLUGIN_"
-CONFIG_VERSION = "v1"
 RESOURCE_KINDS = ("gpu", "gpu-core", "gpu-memory", "ppu")
 MIG_STRATEGIES = ("single", "mixed", "none")
 PODS_SOURCES = ("kubelet", "apiserver")
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_FORMATS = ("auto", "json", "console")
-
-
-def _doc(text: str, default: Any) -> Any:
-    return field(default=default, metadata={"help": text})
+#: Spellings of v1.13, kept until v1.15 with a warning (guide §4.1).
+DEPRECATED = (
+    cli.Deprecated("listen_address", "metrics_bind_address", part="host", until="v1.15.0"),
+    cli.Deprecated("port", "metrics_bind_address", kind="int", part="port", until="v1.15.0"),
+)
+_doc = cli.setting
 
 
 @dataclass(frozen=True)
@@ -71,6 +66,7 @@ class Settings:
         "`mixed` (one resource per profile, <gpu resource>-mig-<profile>) or `none` (a MIG GPU "
         "is advertised as one whole GPU).",
         "single",
+        choices=MIG_STRATEGIES,
     )
     health_interval: float = _doc(
         "Seconds between periodic health checks (ListDevices), besides the WatchDevices stream.",
@@ -84,6 +80,7 @@ class Settings:
         "Where the shared-GPU handshake finds pods: `kubelet` (read-only /pods, the guide's "
         "way) or `apiserver` (spec.nodeName list, for clusters that keep 10255 closed).",
         "kubelet",
+        choices=PODS_SOURCES,
     )
     kubelet_pods_url: str = _doc(
         "URL of the kubelet's read-only pod list.", "http://localhost:10255/pods"
@@ -112,14 +109,15 @@ class Settings:
         "none passes is logged (injection_annotation_not_passed) and counted.",
         "xdm.amp.com*",
     )
-    kubeconfig: str = _doc("Kubeconfig; empty means the in-cluster ServiceAccount.", "")
-    publish_inventory: str = _doc(
-        "Publish NodeDevices and node labels to the apiserver: `true` or `false`.", "true"
+    publish_inventory: bool = _doc(
+        "Publish NodeDevices and node labels to the apiserver (--publish-inventory=false: not).",
+        True,
     )
-    listen_address: str = _doc("Address of the /metrics and /healthz server.", "0.0.0.0")
-    port: int = _doc("Port of /metrics and /healthz; 0 picks a free one.", 9502)
-    log_level: str = _doc("Log level: debug, info, warning or error.", "info")
-    log_format: str = _doc("Log format: json, console, or auto (json when not a terminal).", "auto")
+    kubeconfig: str = cli.kubeconfig()
+    metrics_bind_address: str = cli.metrics_bind_address("0.0.0.0:9502")
+    health_probe_bind_address: str = cli.health_probe_bind_address()
+    log_level: str = cli.log_level()
+    log_format: str = cli.log_format()
 
     @property
     def annotation_patterns(self) -> tuple[str, ...]:
@@ -134,20 +132,21 @@ class Settings:
         """The extended resource name configured for ``kind`` (one of RESOURCE_KINDS)."""
         return str(getattr(self, "resource_" + kind.replace("-", "_")))
 
+    @property
+    def metrics_address(self) -> tuple[str, int]:
+        return cli.bind_address(self.metrics_bind_address)
+
+    @property
+    def probe_address(self) -> tuple[str, int] | None:
+        if not self.health_probe_bind_address:
+            return None
+        return cli.bind_address(self.health_probe_bind_address)
+
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, str) and "\x00" in v:
-                raise ConfigError(f"{f.name} {v!r}: a NUL character is not allowed")
-        for choice, allowed in (
-            ("mig_strategy", MIG_STRATEGIES),
-            ("pods_source", PODS_SOURCES),
-            ("log_level", LOG_LEVELS),
-            ("log_format", LOG_FORMATS),
-            ("publish_inventory", ("true", "false")),
-        ):
-            if getattr(self, choice) not in allowed:
-                raise ConfigError(f"{choice} {getattr(self, choice)!r}: expected one of {allowed}")
+        try:
+            config.validate(self)
+        except config.SettingsError as e:
+            raise ConfigError(str(e)) from e
         bad = [k for k in self.enabled if k not in RESOURCE_KINDS]
         if bad:
             raise ConfigError(f"resources: unknown kinds {bad}; known: {list(RESOURCE_KINDS)}")
@@ -157,8 +156,6 @@ class Settings:
                 raise ConfigError(f"resource name {n!r}: expected <domain>/<name>")
         if len(set(names)) != len(names):
             raise ConfigError(f"resource names must differ: {names}")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port {self.port}: expected 0..65535")
         for name in (
             "health_interval",
             "rpc_timeout",
@@ -166,95 +163,42 @@ class Settings:
             "reconcile_interval",
             "release_grace",
         ):
-            # inf would make a Runtime call or a pass wait forever: every wait must be bounded
-            if not 0 < getattr(self, name) < math.inf:
+            if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} {getattr(self, name)}: expected a positive number")
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
-def _converter(name: str) -> Callable[[str], Any]:
-    kind = FIELDS[name].type
-    return {"int": int, "float": float}.get(str(kind), str)
-
-
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="lj-runtimekit-device-plugin",
-        description="Registers the node's accelerators with the kubelet as extended resources. "
-        f"Each flag also reads {ENV_PREFIX}<FLAG> and the key <flag> of the --config file.",
+    return cli.parser(
+        PROG,
+        "Registers the node's accelerators with the kubelet as extended resources.",
+        dataclasses.fields(Settings),
+        env_prefix=ENV_PREFIX,
+        version=__version__,
+        deprecated=DEPRECATED,
     )
-    p.add_argument(
-        "--version", action="version", version=f"lj-runtimekit-device-plugin {__version__}"
-    )
-    p.add_argument(
-        "--config",
-        default=None,
-        help=f"ConfigMap YAML file (version: {CONFIG_VERSION}); env {ENV_PREFIX}CONFIG",
-    )
-    for name, f in FIELDS.items():
-        p.add_argument(
-            "--" + name.replace("_", "-"),
-            dest=name,
-            default=None,
-            type=_converter(name),
-            help=f"{f.metadata['help']} (default: {f.default!r})",
-        )
-    return p
 
 
-def _from_file(path: str) -> dict[str, Any]:
+def load_noting(
+    argv: list[str] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Settings, list[str]]:
+    """The effective settings and a note per deprecated spelling used; raises
+    :class:`ConfigError` with what to fix."""
+    env = os.environ if environ is None else environ
+    flags = vars(parser().parse_args(argv))
     try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"config file {path}: {e.strerror}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"config file {path} is not UTF-8: byte {e.start}: {e.reason}") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
-    if not isinstance(doc, dict):
-        raise ConfigError(f"config file {path}: expected a mapping with version: {CONFIG_VERSION}")
-    version = doc.pop("version", None)
-    if version != CONFIG_VERSION:
-        raise ConfigError(
-            f"config file {path}: version {version!r} unknown, expected {CONFIG_VERSION!r}"
+        values, notes = config.load(
+            Settings, flags=flags, environ=env, env_prefix=ENV_PREFIX, deprecated=DEPRECATED
         )
-    unknown = sorted(str(k) for k in set(doc) - set(FIELDS))  # YAML keys need not be strings
-    if unknown:
-        raise ConfigError(f"config file {path}: unknown keys {unknown}; known: {sorted(FIELDS)}")
-    return doc
-
-
-def _coerce(name: str, raw: Any, where: str) -> Any:
-    kind = str(FIELDS[name].type)
-    if isinstance(raw, bool) and kind == "str":
-        return "true" if raw else "false"
-    # YAML gives bools, lists and maps too: only scalars of the field's kind are taken
-    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-        raise ConfigError(f"{where}: {name}={raw!r} is not a valid {kind}")
-    if kind == "str" and not isinstance(raw, str):
-        return str(raw)
-    try:
-        return _converter(name)(str(raw))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {name}={raw!r} is not a valid {kind}") from e
+    except config.SettingsError as e:
+        raise ConfigError(str(e)) from e
+    if not values.get("node_name"):
+        values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
+    return Settings(**values), notes
 
 
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """The effective settings; raises :class:`ConfigError` with what to fix."""
-    env = os.environ if environ is None else environ
-    args = vars(parser().parse_args(argv))
-    config_path = args.pop("config") or env.get(ENV_PREFIX + "CONFIG")
-    values: dict[str, Any] = {}
-    if config_path:
-        for k, v in _from_file(config_path).items():
-            values[k] = _coerce(k, v, f"config file {config_path}")
-    for name in FIELDS:
-        raw = env.get(ENV_PREFIX + name.upper())
-        if raw is not None:
-            values[name] = _coerce(name, raw, f"environment {ENV_PREFIX}{name.upper()}")
-    values.update({k: v for k, v in args.items() if v is not None})
-    if not values.get("node_name"):
-        values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
-    return Settings(**values)
+    return load_noting(argv, environ)[0]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import signal
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 import structlog
 from aiohttp import web
 
-from . import logs, server
+from . import lifecycle, logs, server
 from .collector import State
 from .errors import ConfigError
 from .kubelet import KubeletPods, PodResources
@@ -32,8 +32,10 @@ class PodFeed(PodSource, Protocol):
 class Exporter:
     """The running exporter: ``await start()``, then ``await stop()``; ``port`` once started."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tasks: lifecycle.Tasks | None = None) -> None:
         self.settings = settings
+        self.tasks = tasks if tasks is not None else lifecycle.Tasks()
+        """The poll task runs here; a signal or its failure sets ``tasks.stop``."""
         self.state = State(
             node=settings.node_name,
             pods_source=settings.pods_source,
@@ -63,7 +65,6 @@ class Exporter:
             fallback=settings.pods_source,
         )
         self.port = 0
-        self._stop = asyncio.Event()
         self._poll_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
 
@@ -88,50 +89,33 @@ class Exporter:
         return True, "ok"
 
     @property
-    def failed(self) -> BaseException | None:
-        """The error that ended the poll loop, if it ended on one."""
-        task = self._poll_task
-        if task is None or not task.done() or task.cancelled():
-            return None
-        return task.exception()
-
-    async def wait_failed(self) -> None:
-        """Return when the poll loop ends on its own (it only ends on an error or a stop)."""
-        if self._poll_task is not None:
-            await asyncio.wait({self._poll_task})
+    def failed(self) -> str | None:
+        """Why the poll loop ended, if it ended on an error."""
+        return self.tasks.fatal or None
 
     async def start(self) -> None:
         if self.pods is not None:
             await self.pods.start()
         if self.pod_resources is not None:
             await self.pod_resources.start()
-        self._poll_task = asyncio.create_task(self._guard(), name="poll")
+        self._poll_task = self.tasks.spawn("poll", self.poller.run(self.tasks.stop))
         app = server.create_app(self.state, self.healthy)
-        self._runner, self.port = await server.start(
-            app, self.settings.listen_address, self.settings.port
-        )
-        log.info("exporter_serving", address=self.settings.listen_address, port=self.port)
-
-    async def _guard(self) -> None:
-        try:
-            await self.poller.run(self._stop)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("poll_loop_crashed", effect="the exporter exits 1; the pod restarts")
-            raise
+        host, port = self.settings.metrics_address
+        self._runner, self.port = await server.start(app, host, port)
+        if self.settings.probe_address is not None:
+            # the probe address serves the same routes: kubelet probes reach /healthz there
+            await server.add_site(self._runner, *self.settings.probe_address)
+        log.info("exporter_serving", address=host, port=self.port)
 
     async def stop(self) -> None:
-        self._stop.set()
+        self.tasks.stop.set()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._poll_task is not None:
             try:
                 await asyncio.wait_for(self._poll_task, 5.0)
             except TimeoutError:
-                self._poll_task.cancel()
-            except Exception:  # noqa: BLE001 - already logged by _guard
-                log.debug("poll_task_ended_with_error")
+                await self.tasks.cancel()
         if self.pods is not None:
             await self.pods.stop()
         if self.pod_resources is not None:
@@ -139,55 +123,39 @@ class Exporter:
         await self.runtime.close()
 
 
-async def serve(settings: Settings) -> bool:
-    """Serve until a signal; False when it stopped because the poll loop failed."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = 0
-
-    def on_signal() -> None:
-        nonlocal signals
-        signals += 1
-        if signals > 1:
-            log.warning("second_signal_forcing_exit")
-            raise SystemExit(1)
-        log.info("stopping")
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
-    exporter = Exporter(settings)
+async def serve(settings: Settings, tasks: lifecycle.Tasks) -> None:
+    """Serve until a signal or until the poll loop fails (``tasks.fatal`` says which)."""
+    exporter = Exporter(settings, tasks)
     try:
         await exporter.start()
-        stopping = asyncio.create_task(stop.wait())
-        failing = asyncio.create_task(exporter.wait_failed())
-        await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        failing.cancel()
-        failed = exporter.failed
+        await tasks.wait()
     finally:
         await exporter.stop()
-    if failed is not None:
-        log.error("exporter_failed", error=repr(failed), exit_code=1)
-        return False
-    return True
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
+    """Exit 0 after a signal, 1 when the poll loop fails or the port is taken, 2 for a setting
+    found wrong only at start (a kubeconfig that does not load); a second signal exits 130."""
     logs.configure(
         settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
     )
+    for note in deprecations:
+        log.warning("deprecated_setting", note=note)
     log.info("effective_config", **dataclasses.asdict(settings))
+
+    async def main(tasks: lifecycle.Tasks) -> None:
+        await serve(settings, tasks)
+
     try:
-        ok = asyncio.run(serve(settings))
+        return lifecycle.run(main, name="exporter")
     except ConfigError as e:
-        log.error("exporter_not_started", error=str(e))
-        return 2
+        log.error("exporter_not_started", error=str(e), exit_code=lifecycle.EXIT_USAGE)
+        return lifecycle.EXIT_USAGE
     except OSError as e:
         log.error(
             "exporter_not_started",
             error=str(e),
-            check=f"is {settings.listen_address}:{settings.port} free? (--port)",
+            check=f"is {settings.metrics_bind_address} free? (--metrics-bind-address)",
+            exit_code=lifecycle.EXIT_FAILED,
         )
-        return 1
-    return 0 if ok else 1
+        return lifecycle.EXIT_FAILED

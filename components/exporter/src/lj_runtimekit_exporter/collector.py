@@ -1,4 +1,4 @@
-"""The custom collector: each scrape renders fresh metric families from the latest snapshot.
+"""The metric families of a scrape, rendered fresh from the latest snapshot.
 
 No I/O happens here; the background poll replaces the snapshot, scrapes only read it. While the
 Runtime is unreachable the device and container families are empty, so Prometheus marks their
@@ -10,9 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
 
 from . import naming
 from .attribution import attribute, join
@@ -211,21 +208,9 @@ def snapshot_families(state: State, now: float) -> list[Family]:
     ]
 
 
-class SnapshotCollector(Collector):
-    """Renders :class:`State` as client_python families; register it in a fresh registry."""
-
-    def __init__(self, state: State, clock: Callable[[], float] = time.time) -> None:
-        self._state = state
-        self._clock = clock
-
-    def collect(self) -> Iterator[Metric]:
-        now = self._clock()
-        for fam in [*snapshot_families(self._state, now), *_self_families(self._state, now)]:
-            yield fam.build()
-
-    def describe(self) -> Iterator[Metric]:
-        # Families vary with the snapshot; describing nothing keeps register() from collecting.
-        return iter(())
+def all_families(state: State, now: float) -> list[Family]:
+    """Every family a scrape at ``now`` serves: the snapshot's and the exporter's own."""
+    return [*snapshot_families(state, now), *_self_families(state, now)]
 
 
 class Exposition:

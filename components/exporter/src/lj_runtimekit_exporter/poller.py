@@ -2,7 +2,7 @@
 
 Scrapes never call out; they render whatever this last published. While the Runtime is away
 the snapshot carries ``runtime=None`` (device series drop out, ``runtime_up`` reads 0) and the
-next attempt waits by the guide's backoff: 1 s, ×2, at most 30 s (tenacity's wait_exponential).
+next attempt waits by the guide's backoff: 1 s, x2, at most 30 s (``runtime_channel.backoff_s``).
 """
 
 from __future__ import annotations
@@ -14,23 +14,14 @@ from collections.abc import Callable
 from typing import Protocol
 
 import structlog
-from tenacity import RetryCallState, wait_exponential
 
 from .collector import State
 from .errors import TemporaryError
 from .runtime import RuntimeGarbage
+from .runtime_channel import backoff_s
 from .snapshot import Held, Pod, RuntimeState, Snapshot
 
 log = structlog.get_logger(__name__)
-
-BACKOFF = wait_exponential(multiplier=1, exp_base=2, min=1, max=30)
-
-
-def backoff_delay(attempt: int) -> float:
-    """The guide's reconnect delay before attempt ``attempt + 1`` (1, 2, 4, ... 30 s)."""
-    rs = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
-    rs.attempt_number = attempt
-    return float(BACKOFF(rs))
 
 
 class RuntimeSource(Protocol):
@@ -206,7 +197,7 @@ class Poller:
     def next_delay(self) -> float:
         """The poll interval, or the reconnect backoff while the Runtime is away."""
         if self._failures:
-            return backoff_delay(self._failures)
+            return backoff_s(self._failures)
         return self._interval
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -23,6 +23,7 @@ from lj_runtimekit_interface.runtime.v1 import (
 )
 
 from .errors import PermanentError, TemporaryError
+from .runtime_channel import enum_name, open_channel
 from .snapshot import (
     Allocation,
     Device,
@@ -41,13 +42,6 @@ ALLOCATION_USAGE = "MonitorService.GetAllocationUsage"
 DEVICE_METRICS = "MonitorService.GetDeviceMetrics"
 # Without these the exporter still serves what it can (inventory and health need ListDevices).
 _OPTIONAL = (DEVICE_METRICS, LIST_ALLOCATIONS, ALLOCATION_USAGE)
-# The channel's own reconnect follows the guide's backoff (1 s, x2, 30 s) instead of gRPC's
-# default 120 s ceiling, so a restarted Runtime is found again within the poller's backoff.
-CHANNEL_OPTIONS = (
-    ("grpc.initial_reconnect_backoff_ms", 1000),
-    ("grpc.min_reconnect_backoff_ms", 1000),
-    ("grpc.max_reconnect_backoff_ms", 30000),
-)
 
 
 class RuntimeUnavailable(TemporaryError):
@@ -78,25 +72,17 @@ def _answer(method: str, path: str, reply: T | None) -> T:
     return reply
 
 
-def _enum_name(enum: object, number: int, prefix: str) -> str:
-    try:
-        name: str = enum.Name(number)  # type: ignore[attr-defined]
-    except ValueError:
-        return "unknown"
-    return name.removeprefix(prefix).lower()
-
-
 def device_from_proto(d: device_pb2.Device) -> Device:
     return Device(
         id=d.id,
         uuid=d.uuid,
         index=d.index,
-        kind=_enum_name(device_pb2.DeviceKind, d.kind, "DEVICE_KIND_"),
+        kind=enum_name(device_pb2.DeviceKind, d.kind, "DEVICE_KIND_"),
         model=d.model,
         vendor=d.vendor,
         memory_bytes=float(d.memory_bytes),
         healthy=d.health.state != device_pb2.HEALTH_STATE_UNHEALTHY,
-        partition_mode=_enum_name(device_pb2.PartitionMode, d.partition_mode, "PARTITION_MODE_"),
+        partition_mode=enum_name(device_pb2.PartitionMode, d.partition_mode, "PARTITION_MODE_"),
         partition_profiles={p.id: p.profile for p in d.partitions},
     )
 
@@ -169,12 +155,8 @@ class RuntimeClient:
         self._open()
 
     def _open(self) -> None:
-        self._device_ch = grpc.aio.insecure_channel(
-            sockets.unix_target(self._device_path), options=CHANNEL_OPTIONS
-        )
-        self._monitor_ch = grpc.aio.insecure_channel(
-            sockets.unix_target(self._monitor_path), options=CHANNEL_OPTIONS
-        )
+        self._device_ch = open_channel(self._device_path)
+        self._monitor_ch = open_channel(self._monitor_path)
         self._device = device_pb2_grpc.DeviceServiceStub(self._device_ch)
         self._monitor = monitor_pb2_grpc.MonitorServiceStub(self._monitor_ch)
 

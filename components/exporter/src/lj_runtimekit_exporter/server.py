@@ -9,21 +9,9 @@ import time
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
-from .collector import Exposition, SnapshotCollector, State
+from .collector import Exposition, State
 from .exposition import OPENMETRICS_TYPE, TEXT_TYPE, wants_openmetrics
-
-
-def create_registry(state: State) -> CollectorRegistry:
-    """A fresh registry holding only this exporter's collector (no global state).
-
-    /metrics renders through :class:`Exposition` (same series, cached per snapshot); the registry
-    is for embedding and for tests comparing the two renderings.
-    """
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(state))
-    return registry
 
 
 def create_app(state: State, healthy: Callable[[], tuple[bool, str]]) -> web.Application:
@@ -58,3 +46,8 @@ async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     await site.start()
     address = runner.addresses[0]
     return runner, int(address[1])
+
+
+async def add_site(runner: web.AppRunner, host: str, port: int) -> None:
+    """Serve the same application on one more address (the health-probe bind address)."""
+    await web.TCPSite(runner, host, port).start()

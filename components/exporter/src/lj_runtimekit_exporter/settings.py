@@ -2,8 +2,8 @@
 
 Every field is one flag ``--poll-interval``, one environment variable
 ``LJ_RUNTIMEKIT_EXPORTER_POLL_INTERVAL`` and one key ``poll_interval`` of the ConfigMap file
-(YAML, ``version: v1``; unknown versions and keys are rejected). This is the only module that
-reads the environment.
+(YAML, ``version: v1``; unknown versions and keys are rejected): the shared shape of :mod:`.cli`
+and :mod:`.config` (docs/shape.md). This is the only module that reads the environment.
 """
 
 from __future__ import annotations
@@ -12,27 +12,23 @@ import argparse
 import dataclasses
 import os
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
-import yaml
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from lj_runtimekit_interface import sockets
 
-from . import __version__
+from . import __version__, cli, config
 from .errors import ConfigError
 
+PROG = "lj-runtimekit-exporter"
 ENV_PREFIX = "LJ_RUNTIMEKIT_EXPORTER_"
-CONFIG_VERSION = "v1"
 PODS_SOURCES = ("kubelet", "apiserver", "none")
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_FORMATS = ("auto", "json", "console")
-
-
-def _doc(text: str, default: Any) -> Any:
-    return field(default=default, metadata={"help": text})
+#: Spellings of v1.13, kept until v1.15 with a warning (guide §4.1).
+DEPRECATED = (
+    cli.Deprecated("listen_address", "metrics_bind_address", part="host", until="v1.15.0"),
+    cli.Deprecated("port", "metrics_bind_address", kind="int", part="port", until="v1.15.0"),
+)
+_doc = cli.setting
 
 
 @dataclass(frozen=True)
@@ -48,8 +44,6 @@ class Settings:
         "Directory of the Runtime's sockets (device-daemon.sock, monitor-daemon.sock).",
         sockets.DEFAULT_SOCKET_DIR,
     )
-    listen_address: str = _doc("Address the HTTP server binds.", "0.0.0.0")
-    port: int = _doc("Port of /metrics and /healthz (the guide's 9501); 0 picks a free one.", 9501)
     poll_interval: float = _doc(
         "Seconds between background polls of the Runtime and the pod list. Scrapes never call "
         "out; they read the last poll. Keep it at or below the Prometheus scrape interval.",
@@ -61,6 +55,7 @@ class Settings:
         "(spec.nodeName watch, for clusters that keep 10255 closed) or `none` (no pod filter: "
         "attribution trusts the Runtime's allocation list).",
         "kubelet",
+        choices=PODS_SOURCES,
     )
     kubelet_pods_url: str = _doc(
         "URL of the kubelet's read-only pod list.", "http://localhost:10255/pods"
@@ -72,26 +67,32 @@ class Settings:
         "Empty: not used.",
         "/var/lib/kubelet/pod-resources/kubelet.sock",
     )
-    kubeconfig: str = _doc(
-        "Kubeconfig for --pods-source=apiserver; empty means the in-cluster ServiceAccount.", ""
-    )
-    log_level: str = _doc("Log level: debug, info, warning or error.", "info")
-    log_format: str = _doc("Log format: json, console, or auto (json when not a terminal).", "auto")
+    kubeconfig: str = cli.kubeconfig()
+    metrics_bind_address: str = cli.metrics_bind_address("0.0.0.0:9501")
+    health_probe_bind_address: str = cli.health_probe_bind_address()
+    log_level: str = cli.log_level()
+    log_format: str = cli.log_format()
 
     @property
     def max_snapshot_age(self) -> float:
         """Seconds after which a snapshot serves no device series (a stuck poll loop)."""
         return 3 * self.poll_interval + 4 * self.rpc_timeout + self.kubelet_timeout
 
+    @property
+    def metrics_address(self) -> tuple[str, int]:
+        return cli.bind_address(self.metrics_bind_address)
+
+    @property
+    def probe_address(self) -> tuple[str, int] | None:
+        if not self.health_probe_bind_address:
+            return None
+        return cli.bind_address(self.health_probe_bind_address)
+
     def __post_init__(self) -> None:
-        if self.pods_source not in PODS_SOURCES:
-            raise ConfigError(f"pods_source {self.pods_source!r}: expected one of {PODS_SOURCES}")
-        if self.log_level not in LOG_LEVELS:
-            raise ConfigError(f"log_level {self.log_level!r}: expected one of {LOG_LEVELS}")
-        if self.log_format not in LOG_FORMATS:
-            raise ConfigError(f"log_format {self.log_format!r}: expected one of {LOG_FORMATS}")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port {self.port}: expected 0..65535")
+        try:
+            config.validate(self)  # choices, NUL, finite numbers, host:port
+        except config.SettingsError as e:
+            raise ConfigError(str(e)) from e
         for name in ("poll_interval", "rpc_timeout", "kubelet_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} {getattr(self, name)}: expected a positive number")
@@ -100,79 +101,35 @@ class Settings:
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
-def _converter(name: str) -> Callable[[str], Any]:
-    kind = FIELDS[name].type
-    return {"int": int, "float": float}.get(str(kind), str)
-
-
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="lj-runtimekit-exporter",
-        description="Prometheus metrics on :9501 from the Runtime, attributed to pods. Each "
-        f"flag also reads {ENV_PREFIX}<FLAG> and the key <flag> of the --config file.",
+    return cli.parser(
+        PROG,
+        "Prometheus metrics on :9501 from the Runtime, attributed to pods.",
+        dataclasses.fields(Settings),
+        env_prefix=ENV_PREFIX,
+        version=__version__,
+        deprecated=DEPRECATED,
     )
-    p.add_argument("--version", action="version", version=f"lj-runtimekit-exporter {__version__}")
-    p.add_argument(
-        "--config",
-        default=None,
-        help=f"ConfigMap YAML file (version: {CONFIG_VERSION}); env {ENV_PREFIX}CONFIG",
-    )
-    for name, f in FIELDS.items():
-        p.add_argument(
-            "--" + name.replace("_", "-"),
-            dest=name,
-            default=None,
-            type=_converter(name),
-            help=f"{f.metadata['help']} (default: {f.default!r})",
-        )
-    return p
 
 
-def _from_file(path: str) -> dict[str, Any]:
+def load_noting(
+    argv: list[str] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Settings, list[str]]:
+    """The effective settings and a note per deprecated spelling used; raises
+    :class:`ConfigError` with what to fix."""
+    env = os.environ if environ is None else environ
+    flags = vars(parser().parse_args(argv))
     try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise ConfigError(f"config file {path}: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
-    if not isinstance(doc, dict):
-        raise ConfigError(f"config file {path}: expected a mapping with version: {CONFIG_VERSION}")
-    version = doc.pop("version", None)
-    if version != CONFIG_VERSION:
-        raise ConfigError(
-            f"config file {path}: version {version!r} unknown, expected {CONFIG_VERSION!r}"
+        values, notes = config.load(
+            Settings, flags=flags, environ=env, env_prefix=ENV_PREFIX, deprecated=DEPRECATED
         )
-    unknown = sorted(set(doc) - set(FIELDS))
-    if unknown:
-        raise ConfigError(f"config file {path}: unknown keys {unknown}; known: {sorted(FIELDS)}")
-    return doc
-
-
-def _coerce(name: str, raw: Any, where: str) -> Any:
-    kind = str(FIELDS[name].type)
-    # YAML gives bools, lists and maps too: only scalars of the field's kind are taken
-    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-        raise ConfigError(f"{where}: {name}={raw!r} is not a valid {kind}")
-    try:
-        return _converter(name)(str(raw))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {name}={raw!r} is not a valid {kind}") from e
+    except config.SettingsError as e:
+        raise ConfigError(str(e)) from e
+    if not values.get("node_name"):
+        values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
+    return Settings(**values), notes
 
 
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """The effective settings; raises :class:`ConfigError` with what to fix."""
-    env = os.environ if environ is None else environ
-    args = vars(parser().parse_args(argv))
-    config_path = args.pop("config") or env.get(ENV_PREFIX + "CONFIG")
-    values: dict[str, Any] = {}
-    if config_path:
-        for k, v in _from_file(config_path).items():
-            values[k] = _coerce(k, v, f"config file {config_path}")
-    for name in FIELDS:
-        raw = env.get(ENV_PREFIX + name.upper())
-        if raw is not None:
-            values[name] = _coerce(name, raw, f"environment {ENV_PREFIX}{name.upper()}")
-    values.update({k: v for k, v in args.items() if v is not None})
-    if not values.get("node_name"):
-        values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
-    return Settings(**values)
+    return load_noting(argv, environ)[0]
