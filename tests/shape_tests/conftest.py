@@ -1,10 +1,10 @@
-"""The shape tests import the reference copies as the package ``canonical``."""
+"""The shape tests import the reference copies as ``tests.shape_tests.canonical``."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))

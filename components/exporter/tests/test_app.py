@@ -19,7 +19,7 @@ def test_a_missing_kubeconfig_for_the_apiserver_source_exits_2(tmp_path: Path) -
         metrics_bind_address="127.0.0.1:0",
         pods_source="apiserver",
         kubeconfig=str(tmp_path / "missing.kubeconfig"),
-        log_format="console",
+        log_format="text",
     )
     assert app.run(settings) == 2
 
@@ -34,7 +34,7 @@ def test_a_taken_port_exits_1(tmp_path: Path) -> None:
             socket_dir=str(tmp_path),
             metrics_bind_address=f"127.0.0.1:{port}",
             pods_source="none",
-            log_format="console",
+            log_format="text",
         )
         assert app.run(settings) == 1
 
