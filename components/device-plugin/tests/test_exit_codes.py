@@ -102,6 +102,8 @@ async def test_a_port_in_use_exits_1_saying_which(runtime: HostileRuntime) -> No
     assert code == 1, out
     assert "device_plugin_not_started" in out, out
     assert str(port) in out, out
+    # v1.13's --listen-address/--port still work, each with a warning naming the new flag
+    assert "flag --port is deprecated: use --metrics-bind-address" in out, out
 
 
 async def test_a_fatal_task_failure_exits_1_not_0(runtime: HostileRuntime) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from lj_runtimekit_exporter import app
@@ -42,3 +45,31 @@ def test_a_taken_port_exits_1(tmp_path: Path) -> None:
 def test_bad_flags_exit_2_with_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--pods-source", "dns"]) == 2
     assert "pods_source 'dns'" in capsys.readouterr().err
+
+
+async def test_the_health_probe_bind_address_serves_healthz(
+    exporter_factory: Callable[..., Awaitable[Any]], tmp_path: Path
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        probe = s.getsockname()[1]
+    await exporter_factory(socket_dir=str(tmp_path), health_probe_bind_address=f"127.0.0.1:{probe}")
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{probe}/healthz") as r:
+        assert r.status in (200, 503)  # answered: the poll loop's state, not a refused connection
+        assert (await r.text()).strip()
+
+
+def test_old_flag_spellings_still_start_and_warn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # v1.13's --listen-address/--port: the manifests of an operator upgrading keep working
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        argv = ["--listen-address", "127.0.0.1", "--port", str(port), "--log-format", "json"]
+        assert main([*argv, "--socket-dir", str(tmp_path), "--pods-source", "none"]) == 1
+    err = capsys.readouterr().err
+    assert "deprecated_setting" in err
+    assert "flag --port is deprecated: use --metrics-bind-address" in err
+    assert f"127.0.0.1:{port}" in err  # the port in use is named with the new spelling
