@@ -137,6 +137,16 @@ class Settings:
         return cli.bind_address(self.metrics_bind_address)
 
     @property
+    def port(self) -> int:
+        """v1.13's name of the metrics port, read by tools written for it (until v1.15.0)."""
+        return self.metrics_address[1]
+
+    @property
+    def listen_address(self) -> str:
+        """v1.13's name of the metrics host, read by tools written for it (until v1.15.0)."""
+        return self.metrics_address[0]
+
+    @property
     def probe_address(self) -> tuple[str, int] | None:
         if not self.health_probe_bind_address:
             return None
