@@ -214,6 +214,14 @@ async def start_controller(
     cluster: Any, namespace: str, run_label: str
 ) -> AsyncIterator[Callable[..., Awaitable[Running]]]:
     started: list[Running] = []
+    # What deploy/ creates beside the controller: the agent's own ServiceAccount, which the Job
+    # template names (the Job controller creates no pod without it).
+    api = cluster.api_client()
+    with contextlib.suppress(ApiException):  # 409: already there
+        client.CoreV1Api(api).create_namespaced_service_account(
+            namespace, {"metadata": {"name": names.AGENT_SERVICE_ACCOUNT}}
+        )
+    api.close()
 
     async def start(**overrides: Any) -> Running:
         values: dict[str, Any] = {
