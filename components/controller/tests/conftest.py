@@ -219,7 +219,8 @@ async def start_controller(
     api = cluster.api_client()
     with contextlib.suppress(ApiException):  # 409: already there
         client.CoreV1Api(api).create_namespaced_service_account(
-            namespace, {"metadata": {"name": names.AGENT_SERVICE_ACCOUNT}}
+            namespace,
+            client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=names.AGENT_SERVICE_ACCOUNT)),
         )
     api.close()
 
