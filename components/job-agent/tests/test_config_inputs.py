@@ -176,3 +176,18 @@ def test_any_environment_gives_settings_or_an_error_naming_the_variable(
         return
     named = [k.removeprefix(agent_settings.ENV_PREFIX).lower() for k in env]
     assert any(k in error for k in env) or any(n in error for n in named), error
+
+
+async def test_an_unexpected_error_still_writes_a_result(
+    node: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node.config.write_text(sample("v2-nvidia"))
+
+    def broken(*_: Any, **__: Any) -> str:
+        raise RecursionError("a bug or an input nobody foresaw")
+
+    monkeypatch.setattr(cc, "with_handler", broken)
+    code, res = await run(node.argv("enable"))
+    assert (code, res["reason"]) == (result.EXIT_FAILED, "InternalError")
+    assert "RecursionError" in res["message"]
+    assert node.config.read_text() == sample("v2-nvidia")
