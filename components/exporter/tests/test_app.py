@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -59,17 +61,24 @@ async def test_the_health_probe_bind_address_serves_healthz(
         assert (await r.text()).strip()
 
 
-def test_old_flag_spellings_still_start_and_warn(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # v1.13's --listen-address/--port: the manifests of an operator upgrading keep working
+def test_old_flag_spellings_still_start_and_warn(tmp_path: Path) -> None:
+    # v1.13's --listen-address/--port: the manifests of an operator upgrading keep working. A
+    # process of its own: app.run configures logging to the stderr it finds, which a capture
+    # fixture would close under the tests that follow
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
         argv = ["--listen-address", "127.0.0.1", "--port", str(port), "--log-format", "json"]
-        assert main([*argv, "--socket-dir", str(tmp_path), "--pods-source", "none"]) == 1
-    err = capsys.readouterr().err
-    assert "deprecated_setting" in err
-    assert "flag --port is deprecated: use --metrics-bind-address" in err
-    assert f"127.0.0.1:{port}" in err  # the port in use is named with the new spelling
+        argv += ["--socket-dir", str(tmp_path), "--pods-source", "none", "--node-name", "n"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "lj_runtimekit_exporter", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert "deprecated_setting" in proc.stderr
+    assert "flag --port is deprecated: use --metrics-bind-address" in proc.stderr
+    assert f"127.0.0.1:{port}" in proc.stderr  # the port in use is named with the new spelling
