@@ -736,7 +736,14 @@ def test_scheduler_token_does_all_the_scheduler_does(rig: Rig, objs: Objects) ->
             "namespace": rig.victims,
         },
     }
-    _ok(s("POST", f"/apis/events.k8s.io/v1/namespaces/{rig.victims}/events", event), "event")
+    events = f"/apis/events.k8s.io/v1/namespaces/{rig.victims}/events"
+    _ok(s("POST", events, event), "event")
+    series = {"series": {"count": 2, "lastObservedTime": "2026-01-01T00:00:05.000000Z"}}
+    _ok(s("PATCH", f"{events}/{objs.pending}.sec", series), "raise an aggregated Event's count")
+    rewrite = s("PATCH", f"{events}/{objs.pending}.sec", {"note": "something else"})
+    assert rewrite.status in (403, 422), (rewrite.status, rewrite.message)
+    # events.k8s.io/v1 itself keeps what an Event says immutable: no policy is needed for it
+    assert "field is immutable" in rewrite.message, rewrite.message
     _lease_cycle(rig, "scheduler", "lj-runtimekit-scheduler")
 
 
