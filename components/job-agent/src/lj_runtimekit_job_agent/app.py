@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
-import os
 import posixpath
-import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from . import __version__, annotation_patterns, cri, host, logs, result
+from . import __version__, annotation_patterns, cri, host, lifecycle, logs, result
 from . import containerd_config as cc
 from .containerd_config import MalformedConfig
 from .errors import ConfigError, JobAgentError
@@ -275,42 +275,50 @@ async def run_async(settings: Settings) -> tuple[int, result.Result]:
     return code, outcome
 
 
-async def _until_signal(settings: Settings) -> int:
-    """Run the action; SIGTERM/SIGINT stop it with a result that says so, a second one at once.
+async def _until_signal(settings: Settings, tasks: lifecycle.Tasks) -> int:
+    """Run the action as the one task; a signal (``tasks.stop``) stops it with a result that says
+    so, a second one exits at once (:func:`lifecycle.on_signals`).
 
     Stopping mid-action is safe: every file is replaced atomically and the restart marker,
     written before the edit, makes the next run finish the restart.
     """
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    hits = 0
+    codes: list[int] = []
 
-    def on_signal() -> None:
-        nonlocal hits
-        hits += 1
-        if hits > 1:
-            os._exit(result.EXIT_INTERRUPTED)  # the second signal: out now
-        if task is not None:
-            task.cancel()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
-    try:
+    async def action() -> None:
         code, _ = await run_async(settings)
-    except asyncio.CancelledError:
-        message = (
-            "stopped by a signal before the action finished; files are whole, and the next run "
-            "finishes it (restarting containerd if an edit is not loaded yet)"
-        )
-        result.write(settings.termination_log, _outcome(settings, False, "Interrupted", message))
-        log.error("action_interrupted", action=settings.action, exit_code=result.EXIT_INTERRUPTED)
-        return result.EXIT_INTERRUPTED
-    return code
+        codes.append(code)
+        tasks.stop.set()  # done: nothing else to wait for
+
+    tasks.spawn("action", action())
+    await tasks.wait()
+    await tasks.cancel()  # the action, if a signal came first (and its running command with it)
+    if codes:  # finished, possibly in the same moment the signal came
+        return codes[0]
+    if tasks.fatal:  # run_async writes a result for every error; this is its own failure
+        return result.EXIT_FAILED
+    message = (
+        "stopped by a signal before the action finished; files are whole, and the next run "
+        "finishes it (restarting containerd if an edit is not loaded yet)"
+    )
+    result.write(settings.termination_log, _outcome(settings, False, "Interrupted", message))
+    log.error("action_interrupted", action=settings.action, exit_code=result.EXIT_INTERRUPTED)
+    return result.EXIT_INTERRUPTED
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
+    """The action's exit code (result.py): 0 done, 1 failed, 2 bad settings, 3 Runtime
+    unavailable, 4 containerd config refused, 5 containerd not back or the handler not loaded,
+    130 stopped by a signal (a second signal: 130 at once)."""
     logs.configure(
         settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
     )
-    log.info("starting", version=__version__, settings=settings.__dict__)
-    return asyncio.run(_until_signal(settings))
+    for note in deprecations:
+        log.warning("deprecated_setting", note=note)
+    log.info("starting", version=__version__, settings=dataclasses.asdict(settings))
+    codes: list[int] = []
+
+    async def main(tasks: lifecycle.Tasks) -> None:
+        codes.append(await _until_signal(settings, tasks))
+
+    failed = lifecycle.run(main, name="job_agent")
+    return codes[0] if codes else failed

@@ -12,6 +12,7 @@ from grpc import aio
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.runtime.v1 import config_pb2, config_pb2_grpc
 
+from . import runtime_channel
 from .errors import PermanentError, TemporaryError
 
 
@@ -44,7 +45,7 @@ class ConfigDaemon:
     """A client of ConfigService; ``async with`` opens and closes its channel."""
 
     def __init__(self, socket_dir: str, timeout: float) -> None:
-        self.path = os.path.join(socket_dir, sockets.CONFIG_SOCKET)
+        self.path = runtime_channel.socket_path(socket_dir, sockets.CONFIG_SOCKET)
         self.timeout = timeout
         self._channel: aio.Channel | None = None
         self._config: config_pb2_grpc.ConfigServiceAsyncStub | None = None
@@ -55,7 +56,9 @@ class ConfigDaemon:
                 f"Runtime socket {self.path} not found: is the Runtime's config daemon running "
                 "on this node, and is its socket directory mounted into the agent's pod?"
             )
-        self._channel = aio.insecure_channel(sockets.unix_target(self.path))
+        # The guide's reconnect backoff (1 s, x2, 30 s at most): a config daemon restarting
+        # while a call waits for it (wait_for_ready) is found again within the call's timeout.
+        self._channel = runtime_channel.open_channel(self.path)
         self._config = config_pb2_grpc.ConfigServiceStub(self._channel)
         return self
 

@@ -1,8 +1,12 @@
-"""Settings of the job agent: flag > environment > default.
+"""Settings of the job agent: flag > environment > ConfigMap file > default.
 
 The action is a positional argument (``enable`` or ``disable``); every other field is one flag
-``--host-root`` and one environment variable ``LJ_RUNTIMEKIT_JOB_AGENT_HOST_ROOT``. The controller
-passes them in the Job's command. This is the only module that reads the environment.
+``--host-root``, one environment variable ``LJ_RUNTIMEKIT_JOB_AGENT_HOST_ROOT`` and one key
+``host_root`` of an optional ConfigMap file (``--config``): the shared shape of :mod:`.cli` and
+:mod:`.config` (docs/shape.md). The controller passes them in the Job's args
+(``<action> --node-name=<node> --socket-dir=<dir> <its --job-agent-args>``, pinned by its
+admission policy), so every v1.13 spelling of those args keeps its meaning. This is the only
+module that reads the environment.
 """
 
 from __future__ import annotations
@@ -13,32 +17,34 @@ import math
 import os
 import posixpath
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from lj_runtimekit_interface import sockets
 
-from . import __version__
+from . import __version__, cli, config
 from .errors import ConfigError
 
+PROG = "lj-runtimekit-job-agent"
 ENV_PREFIX = "LJ_RUNTIMEKIT_JOB_AGENT_"
 ACTIONS = ("enable", "disable")
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_FORMATS = ("auto", "json", "console")
+LOG_LEVELS = cli.LOG_LEVELS
+LOG_FORMATS = cli.LOG_FORMATS
 SYSTEMD_CGROUP = ("auto", "true", "false")
 _HOST_SHELL = "nsenter --target 1 --mount --uts --ipc --net --pid --"
-
-
-def _doc(text: str, default: Any) -> Any:
-    return field(default=default, metadata={"help": text})
+#: What v1.13 read as a boolean in the environment (lower-cased) beyond Go's ParseBool spellings;
+#: still read, with a deprecation note, until v1.15.0.
+_V113_TRUE = ("1", "true", "yes", "on")
+_V113_FALSE = ("0", "false", "no", "off", "")
+_doc = cli.setting
 
 
 @dataclass(frozen=True)
 class Settings:
     """The effective configuration, fixed at start."""
 
-    action: str = _doc("enable or disable (positional).", "enable")
+    action: str = _doc("enable or disable (positional).", "enable", choices=ACTIONS)
     node_name: str = _doc("This node's name, for the result. Default: NODE_NAME or hostname.", "")
     socket_dir: str = _doc("Directory of the Runtime's sockets.", sockets.DEFAULT_SOCKET_DIR)
     host_root: str = _doc(
@@ -60,6 +66,7 @@ class Settings:
         "It must match the kubelet's cgroup driver: runc with systemd cgroups on a cgroupfs node "
         "fails every container with 'expected cgroupsPath to be of format \"slice:prefix:name\"'.",
         "auto",
+        choices=SYSTEMD_CGROUP,
     )
     container_annotations: str = _doc(
         "The handler's container_annotations, comma-separated Go path.Match patterns; each "
@@ -96,17 +103,22 @@ class Settings:
         "Where the JSON result goes (the pod's terminationMessagePath). Empty: nowhere.",
         "/dev/termination-log",
     )
-    dry_run: bool = _doc("Print the diff that would be applied; change nothing.", False)
-    log_level: str = _doc("Log level: debug, info, warning or error.", "info")
-    log_format: str = _doc("Log format: json, console, or auto (json when not a terminal).", "auto")
+    dry_run: bool = _doc(
+        "Print the diff that would be applied; change nothing (--dry-run alone means true).",
+        False,
+    )
+    log_level: str = cli.log_level()
+    log_format: str = cli.log_format()
 
     def __post_init__(self) -> None:
+        try:
+            config.validate(self)  # choices, NUL, finite numbers
+        except config.SettingsError as e:
+            raise ConfigError(str(e)) from e
+        # The v1.13 checks, kept with their messages (validate() above already refuses a value
+        # outside the choices, so the first of these only speak for a subclass or a test).
         if self.action not in ACTIONS:
             raise ConfigError(f"action {self.action!r}: expected one of {ACTIONS}")
-        if self.log_level not in LOG_LEVELS:
-            raise ConfigError(f"log_level {self.log_level!r}: expected one of {LOG_LEVELS}")
-        if self.log_format not in LOG_FORMATS:
-            raise ConfigError(f"log_format {self.log_format!r}: expected one of {LOG_FORMATS}")
         if self.new_config_version not in (2, 3, 4):
             raise ConfigError(f"new_config_version {self.new_config_version}: expected 2, 3 or 4")
         if not self.containerd_config.startswith("/"):
@@ -133,64 +145,84 @@ class Settings:
         return self.restart_marker or posixpath.join(directory, ".lj-runtimekit-restart-pending")
 
 
+#: The settings read from flags, environment and file; ``action`` is the positional.
 FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name != "action"}
-
-
-def _bool(raw: str) -> bool:
-    if raw.lower() in ("1", "true", "yes", "on"):
-        return True
-    if raw.lower() in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(raw)
-
-
-def _converter(name: str) -> Callable[[str], Any]:
-    kind = str(FIELDS[name].type)
-    table: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _bool}
-    return table.get(kind, str)
+_BOOLS = tuple(name for name, f in FIELDS.items() if str(f.type) == "bool")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="lj-runtimekit-job-agent",
-        description="Enables or disables Runtime Kit on this node: the Runtime's config daemon and "
-        f"containerd's lj-runtime handler. Each flag also reads {ENV_PREFIX}<FLAG>. Exit codes: "
-        "0 done, 1 failed, 2 usage, 3 Runtime unavailable, 4 containerd config refused, "
-        "5 containerd not back after restart (or the handler not loaded by it), 130 stopped by a "
-        "signal.",
+    p = cli.parser(
+        PROG,
+        "Enables or disables Runtime Kit on this node: the Runtime's config daemon and "
+        "containerd's lj-runtime handler. Runs once, as the controller's Job.\n\nExit codes: 0 "
+        "done, 1 failed, 2 usage or bad settings, 3 Runtime unavailable, 4 containerd config "
+        "refused, 5 containerd not back after restart (or the handler not loaded by it), 130 "
+        "stopped by a signal.",
+        FIELDS.values(),
+        env_prefix=ENV_PREFIX,
+        version=__version__,
     )
-    p.add_argument("--version", action="version", version=f"lj-runtimekit-job-agent {__version__}")
     p.add_argument("action", choices=ACTIONS, help="what to do on this node")
-    for name, f in FIELDS.items():
-        flag = "--" + name.replace("_", "-")
-        if f.type in (bool, "bool"):
-            p.add_argument(
-                flag, dest=name, default=None, action="store_true", help=f.metadata["help"]
-            )
-            continue
-        p.add_argument(
-            flag,
-            dest=name,
-            default=None,
-            type=_converter(name),
-            help=f"{f.metadata['help']} (default: {f.default!r})",
-        )
     return p
 
 
-def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """The effective settings; raises :class:`ConfigError` with what to fix."""
-    env = os.environ if environ is None else environ
-    args = vars(parser().parse_args(argv))
-    values: dict[str, Any] = {"action": args.pop("action")}
-    for name in FIELDS:
-        raw = env.get(ENV_PREFIX + name.upper())
-        if raw is not None:
-            try:
-                values[name] = _converter(name)(raw)
-            except ValueError as e:
-                raise ConfigError(f"environment {ENV_PREFIX}{name.upper()}={raw!r} invalid") from e
-    values.update({k: v for k, v in args.items() if v is not None})
+def _bare_bools(p: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``--dry-run`` as v1.13 read it: a switch that never takes the next word. The shared parser
+    lets a bool flag take a value (``--dry-run false``), which would eat the action of
+    ``--dry-run enable``; a next word that is no boolean stays where it is. An abbreviation
+    argparse resolves to the flag (``--dry``) is read the same way."""
+    options = [o for action in p._actions for o in action.option_strings]
+    bools = {cli.flag_name(name) for name in _BOOLS}
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--":  # the rest are positionals
+            break
+        if not arg.startswith("--") or out[i + 1] in (*cli.TRUE, *cli.FALSE):
+            continue
+        matches = {o for o in options if o.startswith(arg)}
+        if arg in bools or (len(matches) == 1 and matches <= bools):
+            out[i] = f"{arg}=true"
+    return out
+
+
+def _v113_environment(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The environment with v1.13's extra boolean spellings (yes/on/no/off/empty, any case)
+    rewritten to the shared ones, each with a deprecation note."""
+    env = dict(environ)
+    notes: list[str] = []
+    for name in _BOOLS:
+        key = cli.env_name(ENV_PREFIX, name)
+        raw = env.get(key)
+        if raw is None or raw.strip() in (*cli.TRUE, *cli.FALSE):
+            continue
+        word = raw.lower()
+        value = "true" if word in _V113_TRUE else "false" if word in _V113_FALSE else None
+        if value is not None:  # anything else the loader refuses, naming the variable
+            env[key] = value
+            notes.append(
+                f"environment {key}={raw!r} is deprecated: use {value} (the old spelling goes "
+                "in v1.15.0)"
+            )
+    return env, notes
+
+
+def load_noting(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Settings, list[str]]:
+    """The effective settings and a note per deprecated spelling used; raises
+    :class:`ConfigError` with what to fix (argparse exits 2 itself on an unknown flag)."""
+    env, notes = _v113_environment(os.environ if environ is None else environ)
+    p = parser()
+    flags = vars(p.parse_args(_bare_bools(p, sys.argv[1:] if argv is None else argv)))
+    try:
+        values, more = config.load(Settings, flags=flags, environ=env, env_prefix=ENV_PREFIX)
+    except config.SettingsError as e:
+        raise ConfigError(str(e)) from e
     if not values.get("node_name"):
         values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
-    return Settings(**values)
+    return Settings(**values), notes + more
+
+
+def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """The effective settings; raises :class:`ConfigError` with what to fix."""
+    return load_noting(argv, environ)[0]
