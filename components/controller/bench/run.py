@@ -150,8 +150,7 @@ async def measure(cluster: Cluster, n: int) -> list[Figure]:
     settings = Settings(
         job_image="registry.local/lj-runtimekit-controller-job-agent:v1.13.0",
         kubeconfig=cluster.kubeconfig,
-        port=0,
-        listen_address="127.0.0.1",
+        metrics_bind_address="127.0.0.1:0",
         node_selector=label,
         job_priority_class="",
         identity="bench",

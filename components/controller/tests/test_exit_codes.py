@@ -82,15 +82,19 @@ def test_a_port_in_use_exits_non_zero_naming_it(kubeconfig: str) -> None:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        # v1.13's --port still works (with a deprecation warning) and names the port
         code, out = finished(f"--kubeconfig={kubeconfig}", "--leader-elect=false", f"--port={port}")
     assert code == 1, out
     assert f":{port}" in out
+    assert "flag --port is deprecated: use --metrics-bind-address" in out
     assert "Traceback" not in out
 
 
 @pytest.fixture
 def running(kubeconfig: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    proc = controller(f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--port=0")
+    proc = controller(
+        f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--metrics-bind-address=127.0.0.1:0"
+    )
     assert proc.stdout is not None
     lines: list[str] = []
     port = 0

@@ -8,7 +8,7 @@ import pytest
 
 from lj_runtimekit_controller import settings
 from lj_runtimekit_controller.errors import ConfigError
-from lj_runtimekit_controller.kube import ApiRate
+from lj_runtimekit_controller.ratelimit import TokenBucket
 from lj_runtimekit_controller.workqueue import WorkQueue
 
 
@@ -24,14 +24,13 @@ async def test_a_name_is_queued_once_and_never_in_two_workers() -> None:
     assert len(q) == 1
 
 
-async def test_rate_limit_holds_the_burst_then_the_rate() -> None:
+def test_rate_limit_holds_the_burst_then_the_rate() -> None:
     clock = [0.0]
-    rate = ApiRate(qps=10, burst=3, clock=lambda: clock[0])
-    for _ in range(3):
-        await rate.take()
-    assert rate._tokens < 1
-    clock[0] += 0.1
-    await rate.take()
+    rate = TokenBucket(qps=10, burst=3, clock=lambda: clock[0])
+    assert [rate.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert rate.reserve() == pytest.approx(0.1)  # the fourth waits for the rate
+    clock[0] += 0.2
+    assert rate.reserve() == pytest.approx(0.0)
 
 
 def test_flag_beats_env_beats_file(tmp_path: Path) -> None:

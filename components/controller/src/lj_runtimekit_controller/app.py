@@ -4,163 +4,154 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
-from collections.abc import Coroutine
+import dataclasses
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import structlog
 
-from . import __version__, logs, server
+from . import __version__, lifecycle, logs, server
 from .actions import ActionLoop
 from .errors import ControllerError
-from .kube import ApiRate, Kube, api_client
-from .leader import LeaderElector
+from .kube import Kube, LeaseObject, api_client
+from .leader import Elector
 from .metrics import Metrics
+from .ratelimit import TokenBucket
 from .settings import Settings
 
 log = structlog.get_logger("lj_runtimekit_controller")
 
 #: Exit code of a second SIGTERM/SIGINT (the shell's 128 + SIGINT), the same in every daemon.
-EXIT_FORCED = 130
+EXIT_FORCED = lifecycle.EXIT_FORCED
 
 
 class Controller:
-    """One replica: serves /metrics and /healthz, leads or waits, and reconciles while leading."""
+    """One replica: serves /metrics and /healthz, leads or waits, and reconciles while leading.
 
-    def __init__(self, settings: Settings) -> None:
+    ``run()`` returns the exit code: 0 after ``stop`` (a signal), 1 when a task failed or the
+    Lease was lost. Its tasks run under ``tasks``, whose guard records a failed one and sets
+    ``stop``."""
+
+    def __init__(self, settings: Settings, tasks: lifecycle.Tasks | None = None) -> None:
         self.settings = settings
         self.metrics = Metrics()
-        self.stop = asyncio.Event()
-        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.tasks = tasks if tasks is not None else lifecycle.Tasks()
+        self.stop = self.tasks.stop
+        self.running: dict[str, asyncio.Task[None]] = {}
         self.port = 0
         self.loop: ActionLoop | None = None
-        self.crashed: list[str] = []
+
+    @property
+    def crashed(self) -> list[str]:
         """Tasks that ended with an exception: the process then exits 1, never 0."""
+        return [self.tasks.fatal] if self.tasks.fatal else []
 
     def degraded(self) -> list[str]:
         failing = self.loop.failing if self.loop is not None else {}
         return [f"{kind} list/watch failing: {e}" for kind, e in failing.items()]
 
     def health(self) -> str | None:
-        for name, task in self.tasks.items():
+        for name, task in self.running.items():
             if task.done():
                 return f"task {name} ended"
         return None
 
-    def _guard(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro, name=name)
-
-        def ended(t: asyncio.Task[None]) -> None:
-            if not t.cancelled() and t.exception() is not None:
-                log.error("task_failed", task=name, error=repr(t.exception()))
-                self.crashed.append(name)
-                self.stop.set()
-
-        task.add_done_callback(ended)
-        self.tasks[name] = task
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        self.running[name] = self.tasks.spawn(name, coro)
 
     async def run(self) -> int:
         s = self.settings
         api = await api_client(s.kubeconfig)
         kube = Kube(
             api,
-            ApiRate(s.api_qps, s.api_burst),
+            TokenBucket(s.kube_api_qps, s.kube_api_burst),
             lambda verb: self.metrics.api_requests.labels(verb).inc(),
         )
+        host, port = s.metrics_address
         try:
             runner, self.port = await server.start(
-                server.create_app(self.metrics, self.health, self.degraded),
-                s.listen_address,
-                s.port,
+                server.create_app(self.metrics, self.health, self.degraded), host, port
             )
+            if s.probe_address is not None:
+                # the probe address serves the same routes: kubelet probes reach /healthz there
+                await server.add_site(runner, *s.probe_address)
         except OSError as e:
             await api.close()
-            raise ControllerError(f"cannot serve on {s.listen_address}:{s.port}: {e}") from e
-        log.info("serving", port=self.port)
-        elector = LeaderElector(
-            kube,
-            s.namespace,
-            s.lease_name,
+            raise ControllerError(f"cannot serve on {s.metrics_bind_address}: {e}") from e
+        log.info("serving", address=host, port=self.port)
+        elector = Elector(
+            LeaseObject(kube, s.leader_elect_resource_namespace, s.leader_elect_resource_name),
             s.identity,
-            lease_s=s.lease_duration,
-            renew_s=s.renew_deadline,
-            retry_s=s.retry_period,
+            namespace=s.leader_elect_resource_namespace,
+            name=s.leader_elect_resource_name,
+            lease_duration=s.leader_elect_lease_duration,
+            renew_deadline=s.leader_elect_renew_deadline,
+            retry_period=s.leader_elect_retry_period,
         )
-        code = 0
+        code = lifecycle.EXIT_OK
         try:
             if s.leader_elect:
-                self._guard("leader", elector.run())
-                waiter = asyncio.create_task(elector.is_leader.wait())
-                stopper = asyncio.create_task(self.stop.wait())
-                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                stopper.cancel()
+                self._spawn("leader", elector.run())
+                await _first(elector.leading.wait(), self.stop.wait())
             if not self.stop.is_set():
                 self.metrics.leader.set(1)
                 self._start_loop(kube)
-                lost = asyncio.create_task(elector.lost.wait())
-                stopper = asyncio.create_task(self.stop.wait())
-                await asyncio.wait({lost, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                await _first(elector.lost.wait(), self.stop.wait())
                 if elector.lost.is_set():
                     log.error("leadership_lost_exiting")
-                    code = 1
-                lost.cancel()
-                stopper.cancel()
+                    code = lifecycle.EXIT_FAILED
         finally:
-            for task in self.tasks.values():
-                task.cancel()
-            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+            await self.tasks.cancel()
             if s.leader_elect:
-                with contextlib.suppress(ControllerError):
-                    await elector.release()
+                await elector.release()  # logs and swallows its own errors
             self.metrics.leader.set(0)
             await runner.cleanup()
             await api.close()
         if self.crashed:
             log.error("exiting_after_crash", tasks=self.crashed)
-            return 1
+            return lifecycle.EXIT_FAILED
         return code
 
     def _start_loop(self, kube: Kube) -> None:
         self.loop = ActionLoop(self.settings, kube, self.metrics)
-        self._guard("sync-nodes", self.loop.sync("nodes"))
-        self._guard("sync-jobs", self.loop.sync("jobs"))
+        self._spawn("sync-nodes", self.loop.sync("nodes"))
+        self._spawn("sync-jobs", self.loop.sync("jobs"))
         for i in range(self.settings.concurrency):
-            self._guard(f"worker-{i}", self.loop.worker())
+            self._spawn(f"worker-{i}", self.loop.worker())
 
 
-async def main(settings: Settings) -> int:
-    controller = Controller(settings)
-    loop = asyncio.get_running_loop()
-    signals = 0
-
-    def on_signal() -> None:
-        nonlocal signals
-        signals += 1
-        if signals > 1:
-            # A second signal: out now, whatever still runs (SystemExit raised here would first
-            # wait for every task to finish its cancellation: the hang the signal is sent for).
-            log.warning("forced_exit", exit_code=EXIT_FORCED)
-            os._exit(EXIT_FORCED)
-        log.info("stopping")
-        controller.stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Until the first of ``waits`` is done; the others are cancelled."""
+    pending = [asyncio.ensure_future(w) for w in waits]
     try:
-        return await controller.run()
-    except ControllerError as e:
-        log.error("controller_failed", error=str(e))
-        return 1
-    except Exception:  # a bug: say so, and never exit 0 ("Completed") after it
-        log.exception("controller_crashed")
-        return 1
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for p in pending:
+            p.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await p
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
+    """Exit 0 after a signal; 1 when a task failed, the Lease was lost, the port is taken or the
+    credentials do not load; a second signal exits 130 at once (lifecycle)."""
     logs.configure(
         settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
     )
-    log.info("starting", version=__version__, settings=settings.__dict__)
-    return asyncio.run(main(settings))
+    for note in deprecations:
+        log.warning("deprecated_setting", note=note)
+    log.info("starting", version=__version__, settings=dataclasses.asdict(settings))
+    code = lifecycle.EXIT_OK
+
+    async def main(tasks: lifecycle.Tasks) -> None:
+        nonlocal code
+        try:
+            code = await Controller(settings, tasks).run()
+        except ControllerError as e:
+            log.error("controller_failed", error=str(e), exit_code=lifecycle.EXIT_FAILED)
+            code = lifecycle.EXIT_FAILED
+        except Exception:  # a bug: say so, and never exit 0 ("Completed") after it
+            log.exception("controller_crashed", exit_code=lifecycle.EXIT_FAILED)
+            code = lifecycle.EXIT_FAILED
+
+    return max(lifecycle.run(main, name="controller"), code)

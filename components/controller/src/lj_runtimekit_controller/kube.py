@@ -6,7 +6,6 @@ fields, and the views are built from them once, here.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import time
@@ -18,7 +17,9 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from . import names
-from .errors import PermanentError, TemporaryError
+from .errors import ControllerError, PermanentError, TemporaryError
+from .leader import LeaseConflict, LeaseError
+from .ratelimit import TokenBucket
 from .reconcile import JobView
 from .status import Ended
 
@@ -31,27 +32,6 @@ class Conflict(TemporaryError):
 
 class Gone(TemporaryError):
     """A watch's resourceVersion is too old (410): list again."""
-
-
-class ApiRate:
-    """A token bucket: ``qps`` requests per second on average, ``burst`` at once."""
-
-    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.qps, self.burst, self._clock = qps, burst, clock
-        self._tokens = float(burst)
-        self._last = clock()
-        self._lock = asyncio.Lock()
-
-    async def take(self) -> None:
-        async with self._lock:
-            while True:
-                now = self._clock()
-                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
-                self._last = now
-                if self._tokens >= 1:
-                    self._tokens -= 1
-                    return
-                await asyncio.sleep((1 - self._tokens) / self.qps)
 
 
 async def api_client(kubeconfig: str) -> client.ApiClient:
@@ -127,10 +107,13 @@ def job_node(job: Obj) -> str:
 
 
 class Kube:
-    """Calls the controller makes, each one taking a token from ``rate``."""
+    """Calls the controller makes, each one waiting for a token of ``rate``."""
 
     def __init__(
-        self, api: client.ApiClient, rate: ApiRate, count: Callable[[str], None] = lambda v: None
+        self,
+        api: client.ApiClient,
+        rate: TokenBucket,
+        count: Callable[[str], None] = lambda v: None,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -139,7 +122,7 @@ class Kube:
         self._rate, self._count = rate, count
 
     async def _call(self, verb: str, fn: Any, *args: Any, **kwargs: Any) -> Obj:
-        await self._rate.take()
+        await self._rate.wait()
         self._count(verb)
         try:
             resp = await fn(*args, _preload_content=False, **kwargs)
@@ -174,7 +157,7 @@ class Kube:
         self, kind: str, namespace: str, rv: str, node_selector: str = ""
     ) -> AsyncIterator[tuple[str, Obj]]:
         """Watch events of ``kind`` (``nodes`` or ``jobs``) after ``rv``; raises :class:`Gone`."""
-        await self._rate.take()
+        await self._rate.wait()
         self._count(f"watch_{kind}")
         w = watch.Watch()
         if kind == "nodes":
@@ -287,12 +270,13 @@ class Kube:
         except NotFound:
             return None
 
-    async def put_lease(self, namespace: str, lease: Obj) -> Obj:
-        """Create the Lease, or replace it at its resourceVersion; :class:`Conflict` if raced."""
-        if not lease["metadata"].get("resourceVersion"):
-            return await self._call(
-                "create_lease", self.coordination.create_namespaced_lease, namespace, lease
-            )
+    async def create_lease(self, namespace: str, lease: Obj) -> Obj:
+        return await self._call(
+            "create_lease", self.coordination.create_namespaced_lease, namespace, lease
+        )
+
+    async def replace_lease(self, namespace: str, lease: Obj) -> Obj:
+        """Replace at the Lease's resourceVersion: :class:`Conflict` when another wrote first."""
         return await self._call(
             "replace_lease",
             self.coordination.replace_namespaced_lease,
@@ -300,3 +284,32 @@ class Kube:
             namespace,
             lease,
         )
+
+
+class LeaseObject:
+    """The :class:`~.leader.LeaseApi` of the elector: one Lease, our errors as its errors."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str) -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+
+    async def get(self) -> Obj | None:
+        try:
+            return await self.kube.get_lease(self.namespace, self.name)
+        except ControllerError as e:
+            raise LeaseError(str(e)) from e
+
+    async def create(self, lease: Obj) -> Obj:
+        try:
+            return await self.kube.create_lease(self.namespace, lease)
+        except Conflict as e:  # created by another replica first
+            raise LeaseConflict(str(e)) from e
+        except ControllerError as e:
+            raise LeaseError(str(e)) from e
+
+    async def replace(self, lease: Obj) -> Obj:
+        try:
+            return await self.kube.replace_lease(self.namespace, lease)
+        except Conflict as e:  # written by another replica since we read it
+            raise LeaseConflict(str(e)) from e
+        except ControllerError as e:
+            raise LeaseError(str(e)) from e

@@ -42,3 +42,8 @@ async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     server = site._server
     sockets = getattr(server, "sockets", None) or []
     return runner, sockets[0].getsockname()[1] if sockets else port
+
+
+async def add_site(runner: web.AppRunner, host: str, port: int) -> None:
+    """Serve the same application on one more address (the health-probe bind address)."""
+    await web.TCPSite(runner, host, port).start()

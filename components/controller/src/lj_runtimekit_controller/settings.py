@@ -2,8 +2,8 @@
 
 Every field is one flag ``--job-image``, one environment variable
 ``LJ_RUNTIMEKIT_CONTROLLER_JOB_IMAGE`` and one key ``job_image`` of the ConfigMap file (YAML,
-``version: v1``; unknown versions and keys are rejected). This is the only module that reads the
-environment.
+``version: v1``; unknown versions and keys are rejected): the shared shape of :mod:`.cli` and
+:mod:`.config` (docs/shape.md). This is the only module that reads the environment.
 """
 
 from __future__ import annotations
@@ -13,26 +13,43 @@ import dataclasses
 import math
 import os
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
-import yaml
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from lj_runtimekit_interface import sockets
 
-from . import __version__
+from . import __version__, cli, config
 from .errors import ConfigError
 
+PROG = "lj-runtimekit-controller"
 ENV_PREFIX = "LJ_RUNTIMEKIT_CONTROLLER_"
-CONFIG_VERSION = "v1"
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_FORMATS = ("auto", "json", "console")
-
-
-def _doc(text: str, default: Any) -> Any:
-    return field(default=default, metadata={"help": text})
+_UNTIL = "v1.15.0"
+#: Spellings of v1.13, kept until v1.15 with a warning (guide §4.1).
+DEPRECATED = (
+    cli.Deprecated("api_qps", "kube_api_qps", kind="float", until=_UNTIL),
+    cli.Deprecated("api_burst", "kube_api_burst", kind="int", until=_UNTIL),
+    cli.Deprecated("lease_name", "leader_elect_resource_name", until=_UNTIL),
+    cli.Deprecated("lease_duration", "leader_elect_lease_duration", kind="float", until=_UNTIL),
+    cli.Deprecated("renew_deadline", "leader_elect_renew_deadline", kind="float", until=_UNTIL),
+    cli.Deprecated("retry_period", "leader_elect_retry_period", kind="float", until=_UNTIL),
+    cli.Deprecated("listen_address", "metrics_bind_address", part="host", until=_UNTIL),
+    cli.Deprecated("port", "metrics_bind_address", kind="int", part="port", until=_UNTIL),
+)
+#: Checked positive: zero workers, tries or tokens would stall the controller for good.
+POSITIVE = (
+    "concurrency",
+    "max_active_jobs",
+    "kube_api_burst",
+    "retry_limit",
+    "job_deadline",
+    "kube_api_qps",
+    "retry_backoff",
+    "retry_backoff_max",
+    "leader_elect_lease_duration",
+    "leader_elect_renew_deadline",
+    "leader_elect_retry_period",
+)
+_doc = cli.setting
 
 
 @dataclass(frozen=True)
@@ -40,7 +57,11 @@ class Settings:
     """The effective configuration, fixed at start."""
 
     job_image: str = _doc("Image of the job agent the Jobs run (required).", "")
-    namespace: str = _doc("Namespace of the agent Jobs, the Lease and the Events.", "kube-system")
+    namespace: str = _doc(
+        "Namespace of the agent Jobs and the Events; also of the Lease while "
+        "--leader-elect-resource-namespace is not given (as in v1.13).",
+        "kube-system",
+    )
     label_key: str = _doc("Node label that switches Runtime Kit on.", "lj_runtimekit_enable")
     label_value: str = _doc(
         "Value of the label that means enabled; any other means disabled.", "true"
@@ -53,8 +74,6 @@ class Settings:
     )
     concurrency: int = _doc("Nodes reconciled at the same time (workers).", 10)
     max_active_jobs: int = _doc("Agent Jobs running at once, cluster-wide.", 50)
-    api_qps: float = _doc("Apiserver requests per second, on average.", 20.0)
-    api_burst: int = _doc("Apiserver requests allowed at once above the average.", 40)
     retry_limit: int = _doc("Tries of one action before waiting for the operator.", 3)
     retry_backoff: float = _doc("Seconds before the second try; doubles each try.", 10.0)
     retry_backoff_max: float = _doc("Longest wait between tries, seconds.", 300.0)
@@ -71,40 +90,51 @@ class Settings:
     containerd_dir: str = _doc(
         "containerd's config directory on the nodes (mounted).", "/etc/containerd"
     )
-    leader_elect: bool = _doc("Elect a leader through a Lease (set false for one replica).", True)
-    lease_name: str = _doc("Name of the Lease.", "lj-runtimekit-controller")
-    lease_duration: float = _doc("Seconds a Lease holds without renewal.", 15.0)
-    renew_deadline: float = _doc("Seconds the leader retries renewing before it gives up.", 10.0)
-    retry_period: float = _doc("Seconds between Lease tries.", 2.0)
-    identity: str = _doc("This replica's Lease identity. Default: POD_NAME or hostname.", "")
-    kubeconfig: str = _doc("Kubeconfig file; empty: the in-cluster ServiceAccount.", "")
-    listen_address: str = _doc("Address of /metrics and /healthz.", "0.0.0.0")
-    port: int = _doc("Port of /metrics and /healthz; 0 picks a free one.", 8080)
-    log_level: str = _doc("Log level: debug, info, warning or error.", "info")
-    log_format: str = _doc("Log format: json, console, or auto (json when not a terminal).", "auto")
+    identity: str = _doc(
+        "This replica's Lease holder identity. Default: POD_NAME (also read) or the hostname.", ""
+    )
+    kubeconfig: str = cli.kubeconfig()
+    kube_api_qps: float = cli.kube_api_qps(20.0)
+    kube_api_burst: int = cli.kube_api_burst(40)
+    leader_elect: bool = cli.leader_elect()
+    leader_elect_lease_duration: float = cli.leader_elect_lease_duration()
+    leader_elect_renew_deadline: float = cli.leader_elect_renew_deadline()
+    leader_elect_retry_period: float = cli.leader_elect_retry_period()
+    leader_elect_resource_namespace: str = cli.leader_elect_resource_namespace()
+    leader_elect_resource_name: str = cli.leader_elect_resource_name("lj-runtimekit-controller")
+    metrics_bind_address: str = cli.metrics_bind_address("0.0.0.0:8080")
+    health_probe_bind_address: str = cli.health_probe_bind_address()
+    log_level: str = cli.log_level()
+    log_format: str = cli.log_format()
+
+    @property
+    def metrics_address(self) -> tuple[str, int]:
+        return cli.bind_address(self.metrics_bind_address)
+
+    @property
+    def port(self) -> int:
+        """v1.13's name of the metrics port, read by tools written for it (until v1.15.0)."""
+        return self.metrics_address[1]
+
+    @property
+    def listen_address(self) -> str:
+        """v1.13's name of the metrics host, read by tools written for it (until v1.15.0)."""
+        return self.metrics_address[0]
+
+    @property
+    def probe_address(self) -> tuple[str, int] | None:
+        if not self.health_probe_bind_address:
+            return None
+        return cli.bind_address(self.health_probe_bind_address)
 
     def __post_init__(self) -> None:
+        try:
+            config.validate(self)  # choices, NUL, finite numbers, host:port
+        except config.SettingsError as e:
+            raise ConfigError(str(e)) from e
         if not self.job_image:
             raise ConfigError("job_image is required: the job agent's image (--job-image)")
-        if self.log_level not in LOG_LEVELS:
-            raise ConfigError(f"log_level {self.log_level!r}: expected one of {LOG_LEVELS}")
-        if self.log_format not in LOG_FORMATS:
-            raise ConfigError(f"log_format {self.log_format!r}: expected one of {LOG_FORMATS}")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port {self.port}: expected 0..65535")
-        for name in (
-            "concurrency",
-            "max_active_jobs",
-            "api_burst",
-            "retry_limit",
-            "job_deadline",
-            "api_qps",
-            "retry_backoff",
-            "retry_backoff_max",
-            "lease_duration",
-            "renew_deadline",
-            "retry_period",
-        ):
+        for name in POSITIVE:
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):  # inf would sleep or wait forever
                 raise ConfigError(f"{name} {value}: expected a positive finite number")
@@ -113,96 +143,55 @@ class Settings:
                 raise ConfigError(f"job_pod_annotations item {item!r}: expected key=value")
         if self.job_backoff_limit < 0:
             raise ConfigError(f"job_backoff_limit {self.job_backoff_limit}: expected >= 0")
-        if not self.renew_deadline < self.lease_duration:
-            raise ConfigError("renew_deadline must be shorter than lease_duration")
+        if not self.leader_elect_renew_deadline < self.leader_elect_lease_duration:
+            raise ConfigError(
+                "leader_elect_renew_deadline must be shorter than leader_elect_lease_duration"
+            )
+        # The elector renews every retry period: a period not shorter than the deadline would
+        # give up leading after a single missed renewal (and the elector refuses it).
+        if not self.leader_elect_retry_period < self.leader_elect_renew_deadline:
+            raise ConfigError(
+                "leader_elect_retry_period must be shorter than leader_elect_renew_deadline"
+            )
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
-def _bool(raw: str) -> bool:
-    if raw.lower() in ("1", "true", "yes", "on"):
-        return True
-    if raw.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(raw)
-
-
-def _converter(name: str) -> Callable[[str], Any]:
-    table: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _bool}
-    return table.get(str(FIELDS[name].type), str)
-
-
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="lj-runtimekit-controller",
-        description="Turns the node label lj_runtimekit_enable into job-agent Jobs and records "
-        f"their results on the node. Each flag also reads {ENV_PREFIX}<FLAG> and the key <flag> "
-        "of the --config file.",
+    return cli.parser(
+        PROG,
+        "Turns the node label lj_runtimekit_enable into job-agent Jobs and records their "
+        "results on the node.",
+        dataclasses.fields(Settings),
+        env_prefix=ENV_PREFIX,
+        version=__version__,
+        deprecated=DEPRECATED,
     )
-    p.add_argument("--version", action="version", version=f"lj-runtimekit-controller {__version__}")
-    p.add_argument(
-        "--config",
-        default=None,
-        help=f"ConfigMap YAML file (version: {CONFIG_VERSION}); env {ENV_PREFIX}CONFIG",
-    )
-    for name, f in FIELDS.items():
-        p.add_argument(
-            "--" + name.replace("_", "-"),
-            dest=name,
-            default=None,
-            type=_converter(name),
-            help=f"{f.metadata['help']} (default: {f.default!r})",
-        )
-    return p
 
 
-def _from_file(path: str) -> dict[str, Any]:
+def load_noting(
+    argv: list[str] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Settings, list[str]]:
+    """The effective settings and a note per deprecated spelling used; raises
+    :class:`ConfigError` with what to fix."""
+    env = os.environ if environ is None else environ
+    flags = vars(parser().parse_args(argv))
     try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise ConfigError(f"config file {path}: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
-    if not isinstance(doc, dict):
-        raise ConfigError(f"config file {path}: expected a mapping with version: {CONFIG_VERSION}")
-    version = doc.pop("version", None)
-    if version != CONFIG_VERSION:
-        raise ConfigError(
-            f"config file {path}: version {version!r} unknown, expected {CONFIG_VERSION!r}"
+        values, notes = config.load(
+            Settings, flags=flags, environ=env, env_prefix=ENV_PREFIX, deprecated=DEPRECATED
         )
-    unknown = sorted(str(k) for k in set(doc) - set(FIELDS))  # YAML keys may be numbers
-    if unknown:
-        raise ConfigError(f"config file {path}: unknown keys {unknown}; known: {sorted(FIELDS)}")
-    return doc
-
-
-def _coerce(name: str, raw: Any, where: str) -> Any:
-    if isinstance(raw, dict | list) or raw is None:
-        # str() would turn `job_image: [a, b]` into the image "['a', 'b']" without a word.
-        raise ConfigError(f"{where}: {name}={raw!r} is not a valid {FIELDS[name].type}")
-    try:
-        if isinstance(raw, bool):
-            raw = str(raw)
-        return _converter(name)(str(raw))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {name}={raw!r} is not a valid {FIELDS[name].type}") from e
+    except config.SettingsError as e:
+        raise ConfigError(str(e)) from e
+    if "leader_elect_resource_namespace" not in values and "namespace" in values:
+        # v1.13 kept the Lease in --namespace: a replica of v1.13 and one of this version must
+        # contend for the same Lease during a rolling update, or both would lead.
+        values["leader_elect_resource_namespace"] = values["namespace"]
+    if not values.get("identity"):
+        values["identity"] = env.get("POD_NAME") or socket.gethostname()
+    return Settings(**values), notes
 
 
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """The effective settings; raises :class:`ConfigError` with what to fix."""
-    env = os.environ if environ is None else environ
-    args = vars(parser().parse_args(argv))
-    config_path = args.pop("config") or env.get(ENV_PREFIX + "CONFIG")
-    values: dict[str, Any] = {}
-    if config_path:
-        for k, v in _from_file(config_path).items():
-            values[k] = _coerce(k, v, f"config file {config_path}")
-    for name in FIELDS:
-        raw = env.get(ENV_PREFIX + name.upper())
-        if raw is not None:
-            values[name] = _coerce(name, raw, f"environment {ENV_PREFIX}{name.upper()}")
-    values.update({k: v for k, v in args.items() if v is not None})
-    if not values.get("identity"):
-        values["identity"] = env.get("POD_NAME") or socket.gethostname()
-    return Settings(**values)
+    return load_noting(argv, environ)[0]
