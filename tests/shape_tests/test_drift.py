@@ -21,7 +21,6 @@ SHAPE_FILES = sorted(p.name for p in CANONICAL.glob("*.py") if p.name != "__init
 MARKER = "Shape file (docs/shape.md)"
 PENDING = {
     ("scheduler", "leader.py"),
-    ("controller", "leader.py"),
 }
 
 
@@ -58,6 +57,6 @@ def test_every_copy_of_a_shape_file_is_the_reference(name: str) -> None:
 
 def test_the_shape_is_carried_where_it_is_claimed() -> None:
     # the components brought to the shape (phase 1); phase 2 adds scheduler, controller, job-agent
-    for owner in ("device-plugin", "exporter"):
+    for owner in ("device-plugin", "exporter", "job-agent"):
         for name in ("cli.py", "config.py", "lifecycle.py", "logs.py", "runtime_channel.py"):
             assert any(component(p) == owner for p in copies(name)), f"{owner} lacks {name}"

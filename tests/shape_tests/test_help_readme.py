@@ -18,8 +18,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DAEMONS = {
+    "controller": "lj_runtimekit_controller",
     "device-plugin": "lj_runtimekit_device_plugin",
     "exporter": "lj_runtimekit_exporter",
+    "job-agent": "lj_runtimekit_job_agent",
 }
 BUILTIN = {"--help", "--version"}
 

@@ -36,10 +36,19 @@ def setting(
     choices: Sequence[str] = (),
     address: bool = False,
     shared: bool = False,
+    kind: str = "",
 ) -> Any:
     """A settings field: ``help`` says unit, default and why; ``choices`` are checked at load;
-    ``address`` marks a ``host:port``; ``shared`` one of the settings below."""
-    metadata = {"help": help, "choices": tuple(choices), "address": address, "shared": shared}
+    ``address`` marks a ``host:port``; ``shared`` one of the settings below; ``kind`` the
+    loader's type when it is not the field's annotation (``"yaml"``: a list or map, parsed by
+    the component)."""
+    metadata = {
+        "help": help,
+        "choices": tuple(choices),
+        "address": address,
+        "shared": shared,
+        "kind": kind,
+    }
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -181,7 +190,8 @@ class Deprecated:
 
     The old flag, environment variable and ConfigMap key all still work. ``part`` says what the
     old value was: ``""`` the whole new value, ``"host"``/``"port"`` one part of a bind address
-    (the old ``--listen-address``/``--port`` pair).
+    (the old ``--listen-address``/``--port`` pair), ``"not"`` the new boolean's inverse (an old
+    ``--no-x`` switch). ``flag=False``: the old spelling was a ConfigMap key only, never a flag.
     """
 
     old: str
@@ -189,8 +199,11 @@ class Deprecated:
     kind: str = "str"
     part: str = ""
     until: str = ""
+    flag: bool = True
 
     def apply(self, current: Any, value: Any) -> Any:
+        if self.part == "not":
+            return not value
         if self.part == "host":
             return with_host(str(current), str(value))
         if self.part == "port":
@@ -256,11 +269,13 @@ def parser(
         )
     if deprecated:
         old = p.add_argument_group("deprecated spellings (each logs a warning naming the new)")
-        for d in deprecated:
+        for d in (d for d in deprecated if d.flag):
+            switch: dict[str, Any] = {"nargs": "?", "const": "true"} if d.kind == "bool" else {}
             old.add_argument(
                 flag_name(d.old),
                 dest=d.old,
                 metavar={"int": "INT", "float": "FLOAT", "bool": "BOOL"}.get(d.kind, "STR"),
                 help=f"use {flag_name(d.new)} (removed in {d.until})",
+                **switch,
             )
     return p

@@ -50,13 +50,20 @@ class SettingsError(ValueError):
 
 
 def _kind(f: dataclasses.Field[Any]) -> str:
-    return str(f.type)
+    return str(f.metadata.get("kind") or f.type)
 
 
 def coerce(key: str, kind: str, raw: Any, where: str) -> Any:
-    """``raw`` from ``where`` as a value of ``kind`` (str, int, float or bool), by the one rule."""
+    """``raw`` from ``where`` as a value of ``kind`` (str, int, float, bool or yaml), by the one
+    rule; a ``yaml`` value is a list or a map (YAML text from a flag or the environment), which
+    the component's settings check themselves."""
     bad = SettingsError(f"{where}: {key}={raw!r} is not a valid {kind}")
     try:
+        if kind == "yaml":
+            doc = yaml.load(raw, Loader=_Loader) if isinstance(raw, str) else raw
+            if not isinstance(doc, list | dict):
+                raise bad
+            return doc
         if kind == "bool":
             if isinstance(raw, bool):
                 return raw
@@ -70,7 +77,7 @@ def coerce(key: str, kind: str, raw: Any, where: str) -> Any:
         if kind == "float":
             return float(raw)
         return raw if isinstance(raw, str) else str(raw)
-    except (TypeError, ValueError, OverflowError) as e:
+    except (TypeError, ValueError, OverflowError, yaml.YAMLError, RecursionError) as e:
         if isinstance(e, SettingsError):
             raise
         raise bad from e
