@@ -18,8 +18,9 @@ from lj_runtimekit_job_agent import result
 SAMPLES = Path(__file__).parent / "samples"
 
 
-async def agent(argv: list[str]) -> asyncio.subprocess.Process:
+async def agent(argv: list[str], **extra: str) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LJ_RUNTIMEKIT_JOB_AGENT_")}
+    env.update(extra)
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -31,8 +32,8 @@ async def agent(argv: list[str]) -> asyncio.subprocess.Process:
     )
 
 
-async def finished(argv: list[str]) -> tuple[int, str]:
-    proc = await agent(argv)
+async def finished(argv: list[str], **extra: str) -> tuple[int, str]:
+    proc = await agent(argv, **extra)
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode or 0, out.decode()
 
@@ -56,6 +57,21 @@ async def test_each_failure_has_its_exit_code_and_a_result(node: Any, tmp_path: 
     code, out = await finished(node.argv("enable", f"--socket-dir={tmp_path / 'none'}"))
     assert code == result.EXIT_RUNTIME_UNAVAILABLE, out
     assert termination(node)["reason"] == "RuntimeUnavailable"
+
+
+async def test_v113_spellings_still_run_and_each_logs_a_deprecation(node: Any) -> None:
+    # issue 21: an operator's v1.13 command line (the switch before the action, the old log
+    # format, an old boolean in the environment) runs as before, with a warning naming the new
+    original = (SAMPLES / "v2-nvidia.toml").read_text()
+    node.config.write_text(original)
+    argv = ["--dry-run", *node.argv("enable"), "--log-format", "console"]
+    code, out = await finished(argv, LJ_RUNTIMEKIT_JOB_AGENT_DRY_RUN="yes")
+    assert code == result.EXIT_OK, out
+    assert termination(node)["reason"] == "DryRun"
+    assert node.config.read_text() == original, "a dry run changes nothing"
+    warnings = [line for line in out.splitlines() if "deprecated_setting" in line]
+    assert any("log_format=console is deprecated: use log_format=text" in w for w in warnings)
+    assert any("LJ_RUNTIMEKIT_JOB_AGENT_DRY_RUN='yes' is deprecated" in w for w in warnings)
 
 
 async def _blocked_in_restart(node: Any) -> asyncio.subprocess.Process:

@@ -270,12 +270,12 @@ def parser(
     if deprecated:
         old = p.add_argument_group("deprecated spellings (each logs a warning naming the new)")
         for d in (d for d in deprecated if d.flag):
-            switch = {"nargs": "?", "const": "true"} if d.kind == "bool" else {}
+            switch: dict[str, Any] = {"nargs": "?", "const": "true"} if d.kind == "bool" else {}
             old.add_argument(
                 flag_name(d.old),
                 dest=d.old,
                 metavar={"int": "INT", "float": "FLOAT", "bool": "BOOL"}.get(d.kind, "STR"),
                 help=f"use {flag_name(d.new)} (removed in {d.until})",
-                **switch,  # type: ignore[arg-type]
+                **switch,
             )
     return p
