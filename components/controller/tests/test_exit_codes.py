@@ -140,3 +140,29 @@ def test_a_second_signal_forces_exit_130(running: tuple[subprocess.Popen[str], i
     proc.send_signal(signal.SIGTERM)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 130
+
+
+def test_the_health_probe_address_serves_healthz_too(kubeconfig: str) -> None:
+    with socket.socket() as s:  # a free port for the probe server (released before the start)
+        s.bind(("127.0.0.1", 0))
+        probe_port = s.getsockname()[1]
+    proc = controller(
+        f"--kubeconfig={kubeconfig}",
+        "--leader-elect=false",
+        "--metrics-bind-address=127.0.0.1:0",
+        f"--health-probe-bind-address=127.0.0.1:{probe_port}",
+    )
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:  # until it serves (or ends: the loop then ends too)
+            if "serving" in line:
+                break
+        status, body = healthz(probe_port)
+        assert status == 200, body
+        assert body.startswith("ok"), body
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
