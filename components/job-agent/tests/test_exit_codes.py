@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lj_runtimekit_job_agent import result
+from lj_runtimekit_job_agent import app, lifecycle, result, settings
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -123,3 +123,45 @@ async def test_a_second_signal_exits_130_at_once(node: Any) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(int((node.root / "restart-started").read_text()), signal.SIGKILL)
     assert proc.returncode == result.EXIT_INTERRUPTED, out.decode()
+
+
+async def _until_signal_with(
+    monkeypatch: Any, tmp_path: Path, outcome: Any, signal_first: bool
+) -> tuple[int, str]:
+    """``app._until_signal`` under ``lifecycle.Tasks`` with ``run_async`` replaced by ``outcome``;
+    ``signal_first``: the stop a first signal sets comes while the action still runs."""
+    log = tmp_path / "termination-log"
+    config = settings.load(["enable", f"--termination-log={log}"], environ={})
+    monkeypatch.setattr(app, "run_async", outcome)
+    tasks = lifecycle.Tasks()
+    if signal_first:
+        asyncio.get_running_loop().call_later(0.05, tasks.stop.set)
+    code = await app._until_signal(config, tasks)
+    return code, log.read_text() if log.exists() else ""
+
+
+async def test_the_actions_own_exit_code_is_the_agents(monkeypatch: Any, tmp_path: Path) -> None:
+    async def unavailable(_: Any) -> tuple[int, Any]:
+        return result.EXIT_RUNTIME_UNAVAILABLE, None
+
+    code, written = await _until_signal_with(monkeypatch, tmp_path, unavailable, False)
+    assert (code, written) == (result.EXIT_RUNTIME_UNAVAILABLE, "")  # run_async writes its own
+
+
+async def test_a_stop_mid_action_cancels_it_and_writes_interrupted(
+    monkeypatch: Any, tmp_path: Path
+) -> None:
+    cancelled = asyncio.Event()
+
+    async def hangs(_: Any) -> tuple[int, Any]:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return result.EXIT_OK, None
+
+    code, written = await _until_signal_with(monkeypatch, tmp_path, hangs, True)
+    assert code == result.EXIT_INTERRUPTED
+    assert json.loads(written)["reason"] == "Interrupted"
+    assert cancelled.is_set(), "the action was cancelled, not left running"
