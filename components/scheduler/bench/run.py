@@ -1,11 +1,11 @@
 """Throughput and latency of lj-runtimekit-scheduler against kube-scheduler, same cluster.
 
 For each client setting (QPS/burst, given to both schedulers: kube-scheduler through its
-KubeSchedulerConfiguration, ours through --qps/--burst) one local control plane with KWOK GPU
-nodes. Each phase creates the same pods, first for kube-scheduler, then (once those are deleted)
-for ours, on the same nodes, and times create → bound from a watch: single-GPU pods, mixed
-shared/whole pods, then gangs (pod-group annotations; kube-scheduler, which has no gangs, places
-the same pods one by one).
+KubeSchedulerConfiguration, ours through --kube-api-qps/--kube-api-burst) one local control
+plane with KWOK GPU nodes. Each phase creates the same pods, first for kube-scheduler, then
+(once those are deleted) for ours, on the same nodes, and times create → bound from a watch:
+single-GPU pods, mixed shared/whole pods, then gangs (pod-group annotations; kube-scheduler,
+which has no gangs, places the same pods one by one).
 
     .venv/bin/python components/scheduler/bench/run.py --out build/bench [--nodes 1000]
 """
@@ -258,14 +258,14 @@ def run(args: argparse.Namespace, qps: float, burst: int) -> list[Figure]:
                 "lj_runtimekit_scheduler",
                 "--kubeconfig",
                 cluster.kubeconfig,
-                "--no-leader-elect",
-                "--metrics-port",
-                "0",
+                "--leader-elect=false",
+                "--metrics-bind-address",
+                "127.0.0.1:0",
                 "--log-level",
                 "warning",
-                "--qps",
+                "--kube-api-qps",
                 str(qps),
-                "--burst",
+                "--kube-api-burst",
                 str(burst),
             ],
             stderr=open(work / "ours.log", "wb"),  # noqa: SIM115

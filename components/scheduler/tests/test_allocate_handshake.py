@@ -13,10 +13,11 @@ from lj_runtimekit_scheduler import objects
 from lj_runtimekit_scheduler.errors import TemporaryError
 from lj_runtimekit_scheduler.informer import Informers
 from lj_runtimekit_scheduler.metrics import Metrics
-from lj_runtimekit_scheduler.model import ASSIGNMENT_ANNOTATION, Device, Pod, ResourceNames
+from lj_runtimekit_scheduler.model import ASSIGNMENT_ANNOTATION, Device, Pod
 from lj_runtimekit_scheduler.plugins.allocate_handshake import bind_after
+from lj_runtimekit_scheduler.profile import build_profile
 from lj_runtimekit_scheduler.queue import SchedulingQueue
-from lj_runtimekit_scheduler.scheduler import Scheduler, build_profile
+from lj_runtimekit_scheduler.scheduler import Scheduler
 from lj_runtimekit_scheduler.settings import Settings
 from lj_runtimekit_scheduler.state import ClusterState
 
@@ -230,7 +231,7 @@ async def test_a_gang_s_same_request_members_share_a_node_bound_one_after_anothe
 
 
 async def test_a_gang_member_is_given_back_when_the_device_plugin_never_confirms() -> None:
-    sched, edge, state, _ = setup(confirm_timeout_s=0.05)
+    sched, edge, state, _ = setup(confirm_timeout=0.05)
     for name in ("g0", "g1"):
         sched.queue.add(gpu_pod(name, {"aliyun.com/gpu": "1"}, **GANG), 0)
     pod = sched.queue.pop(0)
@@ -255,7 +256,7 @@ def test_bind_order_waits_only_for_same_request_members_on_the_same_confirming_n
 
 async def test_a_renamed_gpu_core_keeps_fit_choice_shares_and_the_assignment() -> None:
     vcore = "example.com/vcore"
-    sched, edge, state, _ = setup(resources=ResourceNames(gpu_core=vcore))
+    sched, edge, state, _ = setup(resource_gpu_core=vcore)
     raw = gpu_node("n1", "b1")
     alloc = raw["status"]["allocatable"]
     alloc[vcore] = alloc.pop("aliyun.com/gpu-core")

@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from lj_runtimekit_scheduler import objects
-from lj_runtimekit_scheduler.framework import OK, CycleState, Profile, Status, fail
+from lj_runtimekit_scheduler.framework import OK, CycleState, Profile, Slot, Status, fail
 from lj_runtimekit_scheduler.model import Pod
 from lj_runtimekit_scheduler.plugins import node_resources_fit
 from lj_runtimekit_scheduler.state import ClusterState, NodeInfo
+
+SEEN: Slot[set[str]] = Slot("Counting/seen")
+"""Nodes the Counting plugin's Filter saw in this cycle."""
 
 
 class Counting:
@@ -22,7 +25,7 @@ class Counting:
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
         self.filtered.append(info.node.name)
-        cs.data.setdefault(self.NAME, set()).add(info.node.name)
+        cs.setdefault(SEEN, set()).add(info.node.name)
         return OK if info.node.label_map().get("ok") == "yes" else fail("not ok")
 
     def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:
@@ -73,7 +76,7 @@ def test_same_shape_on_unchanged_nodes_is_not_evaluated_again() -> None:
     # the same verdicts, only the winner evaluated again so its per-cycle state is there
     assert (again.node, again.reasons) == ("n2", {"n0": "Counting: not ok"})
     assert counting.filtered == ["n2"]
-    assert cs.data["Counting"] == {"n2"}
+    assert cs.read(SEEN) == {"n2"}
 
 
 def test_a_changed_node_or_another_shape_is_evaluated_again() -> None:

@@ -5,8 +5,11 @@ crash, no hang, bounded work, and never a device over-committed."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 from typing import Any, cast
 
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +26,8 @@ from lj_runtimekit_scheduler.model import (
     Pod,
 )
 from lj_runtimekit_scheduler.queue import SchedulingQueue
-from lj_runtimekit_scheduler.settings import Settings, parse_file
+from lj_runtimekit_scheduler.settings import Settings
+from lj_runtimekit_scheduler.settings import load as load_settings
 from lj_runtimekit_scheduler.state import ClusterState
 
 FAST = settings(max_examples=80, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
@@ -277,7 +281,16 @@ def test_any_forged_decisions_added_and_removed_never_overcommit_what_real_pods_
     doc=st.dictionaries(
         st.one_of(
             st.sampled_from(
-                ["schedulerName", "gpuStrategy", "plugins", "gangTimeoutSeconds", "resource_gpu"]
+                [
+                    "scheduler_name",
+                    "gpu_strategy",
+                    "plugins",
+                    "gang_timeout",
+                    "resource_gpu",
+                    "topology_labels",
+                    "schedulerName",
+                    "gangTimeoutSeconds",
+                ]
             ),
             st.text(max_size=8),
             st.integers(),
@@ -288,10 +301,13 @@ def test_any_forged_decisions_added_and_removed_never_overcommit_what_real_pods_
     )
 )
 def test_any_configmap_document_gives_settings_or_an_error_naming_it(doc: dict[Any, Any]) -> None:
-    try:
-        Settings(**parse_file({"version": "v1", **doc}, "cm.yaml"))
-    except ConfigError as e:
-        error = str(e)
-    else:
-        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cm.yaml"
+        path.write_text(yaml.safe_dump({"version": "v1", **doc}))
+        try:
+            load_settings(["--config", str(path)], {})
+        except ConfigError as e:
+            error = str(e)
+        else:
+            return
     assert "cm.yaml" in error or any(str(k) in error for k in doc), "the error names the input"

@@ -8,8 +8,9 @@ from lj_runtimekit_scheduler import objects
 from lj_runtimekit_scheduler.errors import TemporaryError
 from lj_runtimekit_scheduler.metrics import Metrics
 from lj_runtimekit_scheduler.model import ASSIGNMENT_ANNOTATION, Device, Pod
+from lj_runtimekit_scheduler.profile import build_profile
 from lj_runtimekit_scheduler.queue import SchedulingQueue
-from lj_runtimekit_scheduler.scheduler import Scheduler, build_profile
+from lj_runtimekit_scheduler.scheduler import Scheduler
 from lj_runtimekit_scheduler.settings import Settings
 from lj_runtimekit_scheduler.state import ClusterState
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import sys
 
-from . import app, settings
+from . import app, lifecycle, settings
 from .errors import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        config = settings.load(argv)
+        config, deprecations = settings.load_noting(argv)
     except ConfigError as e:
         print(f"lj-runtimekit-scheduler: {e}", file=sys.stderr)
-        return 2
-    return app.run(config)
+        return lifecycle.EXIT_USAGE
+    return app.run(config, deprecations)
 
 
 if __name__ == "__main__":

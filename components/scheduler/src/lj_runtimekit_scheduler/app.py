@@ -1,65 +1,67 @@
-"""Lifecycle of the scheduler: named tasks, signals, ordered shutdown."""
+"""Lifecycle of the scheduler: named tasks (:mod:`.lifecycle`), signals, ordered shutdown."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import socket
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import structlog
 
-from . import logs
+from . import lifecycle, logs
 from .errors import PermanentError
 from .events import EventRecorder
-from .informer import Informers, tasks
-from .kube import Kube
+from .informer import Informers
+from .informer import tasks as informer_tasks
+from .kube import Kube, Lease
 from .leader import Elector
 from .metrics import Metrics
+from .profile import build_profile
 from .queue import SchedulingQueue
-from .scheduler import Scheduler, build_profile
-from .server import create_server
+from .scheduler import Scheduler
+from .server import add_site, create_server
 from .settings import Settings
 from .state import ClusterState
 
 log = structlog.get_logger("lj_runtimekit_scheduler.app")
 
 
-#: Exit code of a second SIGTERM/SIGINT (the shell's 128 + SIGINT), the same in every daemon.
-EXIT_FORCED = 130
-
-crashed: list[str] = []
-"""Tasks that ended with an exception: the process then exits 1, never 0."""
-
-
-def _guard(name: str, coro: Coroutine[Any, Any, None], stop: asyncio.Event) -> asyncio.Task[None]:
-    async def guarded() -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("task_crashed", task=name)
-            crashed.append(name)
-            stop.set()
-
-    return asyncio.create_task(guarded(), name=name)
+def elector(settings: Settings, kube: Kube, identity: str) -> Elector:
+    namespace = settings.leader_elect_resource_namespace
+    name = settings.leader_elect_resource_name
+    return Elector(
+        Lease(kube, namespace, name),
+        identity,
+        namespace=namespace,
+        name=name,
+        lease_duration=settings.leader_elect_lease_duration,
+        renew_deadline=settings.leader_elect_renew_deadline,
+        retry_period=settings.leader_elect_retry_period,
+    )
 
 
-async def serve(settings: Settings, stop: asyncio.Event) -> int:
+async def serve(settings: Settings, tasks: lifecycle.Tasks) -> None:
+    """Schedule until a signal, a failed task or the loss of the Lease (then ``tasks.fatal``
+    says which). Raises what stops it from starting: a kubeconfig that does not load, an
+    unknown plugin (:class:`PermanentError`), a bind address in use (``OSError``)."""
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     kube = await Kube.connect(settings)
     kube.identity = identity
+    try:
+        await _serve(settings, tasks, kube, identity)
+    finally:
+        await kube.close()
+
+
+async def _serve(settings: Settings, tasks: lifecycle.Tasks, kube: Kube, identity: str) -> None:
     metrics = Metrics()
-    state, queue = (
-        ClusterState(settings.resources),
-        SchedulingQueue(
-            settings.backoff_initial_s, settings.backoff_max_s, settings.unschedulable_retry_s
-        ),
+    state = ClusterState(settings.resources)
+    queue = SchedulingQueue(
+        settings.pod_initial_backoff, settings.pod_max_backoff, settings.unschedulable_retry
     )
     sched = Scheduler(
         settings,
@@ -67,65 +69,62 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
         queue=queue,
         profile=build_profile(settings, state, metrics),
         binder=kube,
-        recorder=EventRecorder(kube, interval_s=settings.event_series_interval_s),
+        recorder=EventRecorder(kube, interval_s=settings.event_series_interval),
         metrics=metrics,
     )
     informers = Informers(kube, settings, state, queue, sched.poke)
-    elector = Elector(kube, settings, identity)
+    lease = elector(settings, kube, identity)
     serving = True
 
     def degraded() -> list[str]:
         return [f"{kind} list/watch failing: {e}" for kind, e in informers.failing.items()]
 
+    host, port = settings.metrics_address
+    runner, port = await create_server(metrics, lambda: serving, host, port, degraded)
     try:
-        runner, port = await create_server(
-            metrics, lambda: serving, "0.0.0.0", settings.metrics_port, degraded
-        )
-    except OSError as e:
-        await kube.close()
-        raise PermanentError(f"cannot serve on port {settings.metrics_port}: {e}") from e
-    log.info("serving", port=port, identity=identity)
-    running: list[asyncio.Task[None]] = []
-    try:
+        if settings.probe_address is not None:
+            # the probe address serves the same routes: kubelet probes reach /healthz there
+            await add_site(runner, *settings.probe_address)
+        log.info("serving", port=port, identity=identity)
         if settings.leader_elect:
-            running.append(_guard("leader", elector.run(), stop))
-            await _first(stop, elector.leading)
-            metrics.leader(elector.leading.is_set())
-        running += [_guard(n, c, stop) for n, c in tasks(informers).items()]
-        await _first(stop, informers.synced["pods"])
-        await informers.wait_synced() if not stop.is_set() else None
+            tasks.spawn("leader", lease.run())
+            await _first_of(tasks.stop.wait(), lease.leading.wait())
+            metrics.leader(lease.leading.is_set())
+        for name, coro in informer_tasks(informers).items():
+            tasks.spawn(name, coro)
+        await _first_of(tasks.stop.wait(), informers.synced["pods"].wait())
+        await _first_of(tasks.stop.wait(), informers.wait_synced())
         sched_stop = asyncio.Event()
-        running.append(_guard("scheduler", sched.run(sched_stop), stop))
-        waits = [stop.wait()] + ([elector.lost.wait()] if settings.leader_elect else [])
-        await _first_of(*waits)
-        lost = elector.lost.is_set()
+        tasks.spawn("scheduler", sched.run(sched_stop))
+        await _first_of(tasks.wait(), lease.lost.wait())
+        if lease.lost.is_set() and not tasks.fatal:
+            # exit 1 so that the pod restarts as a follower
+            tasks.fatal = "lost the leader Lease"
         sched_stop.set()
         serving = False
         await asyncio.wait_for(sched.drain(), 10) if sched.binding else None
-        if crashed:
-            log.error("exiting_after_crash", tasks=crashed)
-        return 1 if lost or crashed else 0
+        await lease.release()  # a follower takes over at once, not after the lease duration
     finally:
-        for t in running:
-            t.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        await tasks.cancel()
         await runner.cleanup()
-        await kube.close()
-
-
-async def _first(stop: asyncio.Event, event: asyncio.Event) -> None:
-    await _first_of(stop.wait(), event.wait())
 
 
 async def _first_of(*coros: Coroutine[Any, Any, Any]) -> None:
-    tasks_ = [asyncio.ensure_future(c) for c in coros]
-    _, pending = await asyncio.wait(tasks_, return_when=asyncio.FIRST_COMPLETED)
+    waits = [asyncio.ensure_future(c) for c in coros]
+    _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for t in pending:
         t.cancel()
 
 
-def run(settings: Settings) -> int:
-    logs.configure(settings.log_level)
+def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
+    """Exit 0 after a signal; 1 when a task fails, the Lease is lost or a bind address is in
+    use; 2 for a setting found wrong only at start (a kubeconfig that does not load, an unknown
+    plugin); a second signal exits 130."""
+    logs.configure(
+        settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
+    )
+    for note in deprecations:
+        log.warning("deprecated_setting", note=note)
     log.info(
         "effective_config",
         pid=os.getpid(),
@@ -133,28 +132,19 @@ def run(settings: Settings) -> int:
         plugins=[f"{p.name}:{p.weight}" for p in settings.plugins],
     )
 
-    async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        hits = 0
-
-        def on_signal() -> None:
-            nonlocal hits
-            hits += 1
-            if hits > 1:
-                log.warning("forced_exit", exit_code=EXIT_FORCED)
-                os._exit(EXIT_FORCED)  # a second signal forces exit, whatever is still running
-            stop.set()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal)
-        return await serve(settings, stop)
+    async def main(tasks: lifecycle.Tasks) -> None:
+        await serve(settings, tasks)
 
     try:
-        return asyncio.run(main())
+        return lifecycle.run(main, name="scheduler")
     except PermanentError as e:
-        log.error("cannot_start", error=str(e))
-        return 2
-    except Exception:  # a bug: say so, and never exit 0 ("Completed") after it
-        log.exception("scheduler_crashed")
-        return 1
+        log.error("cannot_start", error=str(e), exit_code=lifecycle.EXIT_USAGE)
+        return lifecycle.EXIT_USAGE
+    except OSError as e:
+        log.error(
+            "cannot_start",
+            error=f"cannot serve on {settings.metrics_bind_address}: {e}",
+            check="is the address free? (--metrics-bind-address, --health-probe-bind-address)",
+            exit_code=lifecycle.EXIT_FAILED,
+        )
+        return lifecycle.EXIT_FAILED

@@ -6,22 +6,58 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 from .gang import gang_of
+from .gpu import Choice
 from .model import Pod
 from .state import ClusterState, NodeInfo
+
+T = TypeVar("T")
+
+
+class Slot(Generic[T]):
+    """A typed key of :class:`CycleState` (kube-scheduler's ``StateKey``, with the type the
+    checker knows): what one plugin writes in a cycle and others read, by its type."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Slot({self.name!r})"
+
+
+CHOSEN_DEVICES: Slot[dict[str, Choice]] = Slot("GpuFit/chosen")
+"""Node → the devices GpuFit chose there for the pod: scored by GpuTopology, assumed by the
+scheduler, written on the pod at PreBind."""
 
 
 @dataclass
 class CycleState:
-    """Scratch space of one pod's cycle, shared by its plugins (keyed by plugin NAME)."""
+    """Scratch space of one pod's cycle, shared by its plugins through typed :class:`Slot`
+    keys."""
 
-    data: dict[str, Any] = field(default_factory=dict)
+    _slots: dict[Slot[Any], object] = field(default_factory=dict)
     binding_annotations: dict[str, str] = field(default_factory=dict)
     """Annotations PreBind plugins want on the pod; the apiserver copies a Binding's annotations
     onto the pod it binds, so they land in the bind request itself: one write per pod, and the
     pod is never seen bound without them."""
+
+    def read(self, slot: Slot[T]) -> T | None:
+        """What was written under ``slot`` in this cycle (None: nothing)."""
+        return cast("T | None", self._slots.get(slot))
+
+    def write(self, slot: Slot[T], value: T) -> None:
+        self._slots[slot] = value
+
+    def setdefault(self, slot: Slot[T], value: T) -> T:
+        """The value under ``slot``, writing ``value`` first when there is none."""
+        return cast(T, self._slots.setdefault(slot, value))
+
+    def chosen(self, node: str) -> Choice | None:
+        """The devices chosen for the pod on ``node`` in this cycle (None: no device pod, or
+        GpuFit not in the profile)."""
+        return (self.read(CHOSEN_DEVICES) or {}).get(node)
 
 
 @dataclass(frozen=True)
@@ -43,6 +79,14 @@ SKIP = Status(skip=True)
 
 def fail(reason: str, unresolvable: bool = False) -> Status:
     return Status(False, reason, unresolvable)
+
+
+class Plugin(Protocol):
+    """What every plugin has: its name in the registry and the config. The extension points it
+    implements are the protocols below."""
+
+    @property
+    def NAME(self) -> str: ...
 
 
 @runtime_checkable
@@ -188,7 +232,9 @@ class Result:
 class Profile:
     """The enabled plugins, by extension point, with their weights."""
 
-    def __init__(self, plugins: list[tuple[object, int]]) -> None:
+    def __init__(self, plugins: list[tuple[Plugin, int]]) -> None:
+        self.names = tuple(p.NAME for p, _ in plugins)
+        """The plugins' names, in profile order."""
         self.pre_filter = [p for p, _ in plugins if isinstance(p, PreFilterPlugin)]
         self.filter = [p for p, _ in plugins if isinstance(p, FilterPlugin)]
         self.post_filter = [p for p, _ in plugins if isinstance(p, PostFilterPlugin)]

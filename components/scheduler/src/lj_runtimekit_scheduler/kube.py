@@ -6,9 +6,8 @@ writes go through ``ApiClient.call_api`` with ``_preload_content=False`` and orj
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +17,9 @@ import structlog
 from kubernetes_asyncio import client, config
 
 from .errors import PermanentError, TemporaryError
+from .leader import LeaseConflict, LeaseError
 from .model import Pod
+from .ratelimit import TokenBucket
 from .settings import Settings
 
 log = structlog.get_logger("lj_runtimekit_scheduler.kube")
@@ -33,40 +34,6 @@ PATHS = {
 
 class Gone(TemporaryError):
     """The watch's resourceVersion is too old: list again."""
-
-
-class TokenBucket:
-    """Client-side rate limit, as client-go's QPS/burst, and first come first served.
-
-    Each caller reserves the next token, which may lie in the future (the count goes negative),
-    then sleeps until it is due, as ``golang.org/x/time/rate``'s ``Wait`` does, so waiting writes
-    go out in the order they asked.
-    """
-
-    def __init__(
-        self, qps: float, burst: int, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.qps, self.burst, self.clock = qps, max(1, burst), clock
-        self.tokens = float(self.burst)
-        self.at = clock()
-
-    def reserve(self) -> float:
-        """Take the next token; returns how many seconds until it is due (0: now)."""
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.qps)
-        self.at = now
-        self.tokens -= 1
-        return 0.0 if self.tokens >= 0 else -self.tokens / self.qps
-
-    async def take(self) -> None:
-        wait = self.reserve()
-        if wait <= 0:
-            return
-        try:
-            await asyncio.sleep(wait)
-        except asyncio.CancelledError:
-            self.tokens += 1  # hand the unused slot back: later reservations come sooner
-            raise
 
 
 def _json(data: bytes, what: str) -> Json:
@@ -96,9 +63,9 @@ class Kube:
 
     def __init__(self, api: client.ApiClient, settings: Settings) -> None:
         self.api = api
-        self.limit = TokenBucket(settings.qps, settings.burst)
+        self.limit = TokenBucket(settings.kube_api_qps, settings.kube_api_burst)
         # events have their own budget, as kube-scheduler's separate event client does
-        self.event_limit = TokenBucket(settings.qps, settings.burst)
+        self.event_limit = TokenBucket(settings.kube_api_qps, settings.kube_api_burst)
         self.identity = ""
 
     @classmethod
@@ -136,7 +103,7 @@ class Kube:
         bucket: TokenBucket | None = None,
     ) -> Json:
         if limited:
-            await (bucket or self.limit).take()
+            await (bucket or self.limit).wait()
         try:
             resp = await self.api.call_api(
                 path,
@@ -284,3 +251,34 @@ class Kube:
         return await self._call(
             "PUT", f"{base}/{name}", f"renew lease {name}", lease, limited=False
         )
+
+
+class Lease:
+    """One Lease object as :class:`~.leader.LeaseApi`: the apiserver's errors become
+    ``LeaseError`` (a 409 ``LeaseConflict``: another replica wrote first). Lease writes are not
+    rate limited: a leader that cannot renew in time stops scheduling."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str) -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+
+    async def get(self) -> Json | None:
+        try:
+            return await self.kube.get_lease(self.namespace, self.name)
+        except (TemporaryError, PermanentError) as e:
+            raise LeaseError(str(e)) from e
+
+    async def create(self, lease: Json) -> Json:
+        return await self._put(lease, create=True)
+
+    async def replace(self, lease: Json) -> Json:
+        return await self._put(lease, create=False)
+
+    async def _put(self, lease: Json, *, create: bool) -> Json:
+        try:
+            return await self.kube.put_lease(self.namespace, lease, create)
+        except PermanentError as e:
+            if "answered 409" in str(e):
+                raise LeaseConflict(str(e)) from e
+            raise LeaseError(str(e)) from e
+        except TemporaryError as e:
+            raise LeaseError(str(e)) from e

@@ -18,7 +18,7 @@ from .framework import Binder, CycleState, Profile, Result
 from .gpu import Choice
 from .metrics import Metrics
 from .model import POD_GROUP_SIZE_ANNOTATION, Pod
-from .plugins import allocate_handshake, gpu_fit
+from .plugins import allocate_handshake
 from .queue import SchedulingQueue
 from .settings import Settings
 from .state import ClusterState
@@ -40,15 +40,6 @@ def summary(result: Result, nodes: int) -> str:
     return f"0/{nodes} nodes are available: " + ", ".join(parts) + more + "."
 
 
-def build_profile(settings: Settings, state: ClusterState, metrics: Metrics) -> Profile:
-    """The enabled plugins from the registry, in config order, with their weights."""
-    from .plugins.registry import REGISTRY
-
-    profile = Profile([(REGISTRY[p.name](settings, state), p.weight) for p in settings.plugins])
-    profile.observe = metrics.plugin
-    return profile
-
-
 class Scheduler:
     def __init__(
         self,
@@ -66,12 +57,9 @@ class Scheduler:
         self.binder, self.recorder, self.metrics, self.clock = binder, recorder, metrics, clock
         self.wakeup = asyncio.Event()
         self.binding: set[asyncio.Task[None]] = set()
-        self.gpu = next((p for p in profile.pre_bind if isinstance(p, gpu_fit.GpuFit)), None)
         self.gang_waiting: dict[str, float | None] = {}
         """Incomplete gangs: when first seen waiting; None once warned it is overdue."""
-        self.handshake = any(
-            isinstance(p, allocate_handshake.AllocateHandshake) for p in profile.filter
-        )
+        self.handshake = allocate_handshake.NAME in profile.names
         self._moved = asyncio.Event()
         """Set (and replaced) on every poke: binds waiting for a confirmation look again."""
         self.stopping = False
@@ -133,7 +121,7 @@ class Scheduler:
         st = self.profile.reserve_all(cs, pod, result.node)
         if not st.ok:
             return Result(None, {"*": st.reason})
-        choice = self.gpu.chosen(cs, result.node) if self.gpu else None
+        choice = cs.chosen(result.node)
         self.state.assume(pod, result.node, choice, float("inf"))
         st = self.profile.permit_all(cs, pod, result.node)
         if not st.ok:
@@ -217,12 +205,12 @@ class Scheduler:
         if len(self.gang_waiting) > 10_000:  # gangs deleted while incomplete: forget them all
             self.gang_waiting.clear()
         since = self.gang_waiting.setdefault(gid.key, now)
-        if since is None or now - since < self.settings.gang_timeout_s:
+        if since is None or now - since < self.settings.gang_timeout:
             return
         self.gang_waiting[gid.key] = None
         msg = (
             f"gang {gid.key} has {present} of {gid.size} members after "
-            f"{self.settings.gang_timeout_s:g} s; nothing is held while it waits; check its "
+            f"{self.settings.gang_timeout:g} s; nothing is held while it waits; check its "
             f"size ({POD_GROUP_SIZE_ANNOTATION} or {gang.JOBSET_REPLICAS})"
         )
         self.recorder.event(pod, "Warning", "GangIncomplete", msg)
@@ -243,7 +231,7 @@ class Scheduler:
     async def _confirmed(self, uids: Sequence[str]) -> str | None:
         """Wait until none of ``uids`` is pending on its node (confirmed by the device plugin,
         or gone); the first one still pending after ``confirm_timeout_s``, else None."""
-        deadline = self.clock() + self.settings.confirm_timeout_s
+        deadline = self.clock() + self.settings.confirm_timeout
         while True:
             waiting = [u for u in uids if self.state.is_pending(u)]
             if not waiting:
@@ -265,7 +253,7 @@ class Scheduler:
             self.queue.failed(pod.uid, self.clock(), unschedulable=False)
             msg = (
                 f"not bound to {node}: the device plugin there did not confirm pod {other}'s "
-                f"devices (same request) within {self.settings.confirm_timeout_s:g} s"
+                f"devices (same request) within {self.settings.confirm_timeout:g} s"
             )
             self.recorder.event(pod, "Warning", "FailedScheduling", msg)
             log.warning("pod_bind_abandoned", pod=pod.key, node=node, waited_for=other)
@@ -283,7 +271,7 @@ class Scheduler:
             self.poke()
             return
         if pod.uid in self.state.assumed:  # the watch may have confirmed it already
-            self.state.assumed[pod.uid] = self.clock() + self.settings.assume_ttl_s
+            self.state.assumed[pod.uid] = self.clock() + self.settings.assume_ttl
         self.queue.done(pod.uid)
         self.metrics.attempt("scheduled")
         self.metrics.e2e(time.perf_counter() - t0)

@@ -47,3 +47,8 @@ async def create_server(
     sockets = getattr(server, "sockets", None) or []
     bound = sockets[0].getsockname()[1] if sockets else port
     return runner, int(bound)
+
+
+async def add_site(runner: web.AppRunner, host: str, port: int) -> None:
+    """Serve the same application on one more address (the health-probe bind address)."""
+    await web.TCPSite(runner, host, port).start()

@@ -1,32 +1,68 @@
 """Settings of the scheduler: flag > environment > ConfigMap file > default.
 
-The config file (mounted from the ConfigMap) is YAML with ``version: v1``::
+Every field is one flag ``--gpu-strategy``, one environment variable
+``LJ_RUNTIMEKIT_SCHEDULER_GPU_STRATEGY`` and one key ``gpu_strategy`` of the ConfigMap file
+(YAML, ``version: v1``; unknown versions and keys are rejected): the shared shape of :mod:`.cli`
+and :mod:`.config` (docs/shape.md). This is the only module that reads the environment. The
+ConfigMap file::
 
     version: v1
-    schedulerName: lj-runtimekit-scheduler
-    gpuStrategy: binpack          # or spread
-    resource_gpu: aliyun.com/gpu  # same keys and names as the device plugin's ConfigMap
+    scheduler_name: lj-runtimekit-scheduler
+    gpu_strategy: binpack          # or spread
+    resource_gpu: aliyun.com/gpu   # same keys and names as the device plugin's ConfigMap
     plugins:
       - {name: NodeResourcesFit}
       - {name: GpuTopology, weight: 2}
       - {name: NodeAffinity, enabled: false}
+
+Plugin *names* are checked where the profile is built (:mod:`.profile`), against the registry;
+here only the shape of each entry.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from . import __version__
+from . import __version__, cli, config
 from .errors import ConfigError
 from .model import RESOURCE_KINDS, ResourceNames
+
+PROG = "lj-runtimekit-scheduler"
+ENV_PREFIX = "LJ_RUNTIMEKIT_SCHEDULER_"
+STRATEGIES = ("binpack", "spread")
+_UNTIL = "v1.15.0"
+#: Spellings of v1.13, kept until v1.15 with a warning (guide §4.1).
+DEPRECATED = (
+    cli.Deprecated("no_leader_elect", "leader_elect", kind="bool", part="not", until=_UNTIL),
+    cli.Deprecated("namespace", "leader_elect_resource_namespace", until=_UNTIL),
+    cli.Deprecated("metrics_port", "metrics_bind_address", kind="int", part="port", until=_UNTIL),
+    cli.Deprecated("qps", "kube_api_qps", kind="float", until=_UNTIL),
+    cli.Deprecated("burst", "kube_api_burst", kind="int", until=_UNTIL),
+    # the camelCase ConfigMap keys of v1.13 (never flags)
+    *(
+        cli.Deprecated(old, new, kind=kind, until=_UNTIL, flag=False)
+        for old, new, kind in (
+            ("schedulerName", "scheduler_name", "str"),
+            ("gpuStrategy", "gpu_strategy", "str"),
+            ("featureLabel", "feature_label", "str"),
+            ("topologyLabels", "topology_labels", "yaml"),
+            ("gangTimeoutSeconds", "gang_timeout", "float"),
+            ("assumeTTLSeconds", "assume_ttl", "float"),
+            ("confirmTimeoutSeconds", "confirm_timeout", "float"),
+        )
+    ),
+)
+#: v1.13's environment variables, outside the prefix rule: old name → new key.
+OLD_ENV = {
+    "LJ_SCHEDULER_LOG_LEVEL": "log_level",
+    "LJ_SCHEDULER_NAME": "scheduler_name",
+    "KUBECONFIG": "kubeconfig",
+}
 
 DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("SchedulingGates", 0),
@@ -54,209 +90,175 @@ class PluginConfig:
     weight: int = 1
     """Multiplier of the plugin's normalised score (0-100) in the node's total."""
 
+    def __repr__(self) -> str:  # as --help and the effective config show it
+        return f"{self.name}:{self.weight}"
+
+
+RESOURCE_KEYS = tuple("resource_" + k.replace("-", "_") for k in RESOURCE_KINDS)
+DEFAULT_PROFILE = tuple(PluginConfig(n, w) for n, w in DEFAULT_PLUGINS)
+_doc = cli.setting
+
 
 @dataclass(frozen=True)
 class Settings:
     """The effective configuration, fixed at start."""
 
-    log_level: str = "info"
-    """Log level: debug, info, warning or error."""
-    scheduler_name: str = "lj-runtimekit-scheduler"
-    """Pods whose ``spec.schedulerName`` equals this are ours."""
-    gpu_strategy: str = "binpack"
-    """``binpack`` fills busy GPUs/nodes first (less fragmentation); ``spread`` the idle ones."""
-    plugins: tuple[PluginConfig, ...] = field(
-        default_factory=lambda: tuple(PluginConfig(n, w) for n, w in DEFAULT_PLUGINS)
+    scheduler_name: str = _doc(
+        "Pods whose spec.schedulerName equals this are ours.", "lj-runtimekit-scheduler"
     )
-    """Enabled plugins, in order, with weights."""
-    feature_label: str = "lj_runtimekit_enable"
-    """Node label (value ``true``) that marks nodes whose GPUs we place onto."""
-    kubeconfig: str | None = None
-    """Path of a kubeconfig; ``None``: in-cluster config."""
-    namespace: str = "kube-system"
-    """Namespace of the leader-election Lease."""
-    lease_name: str = "lj-runtimekit-scheduler"
-    """Name of the Lease two replicas compete for."""
-    leader_elect: bool = True
-    """Take the Lease before scheduling; off for a single replica in tests."""
-    lease_duration_s: float = 15.0
-    """How long a Lease is valid without renewal (kube-scheduler's default: 15 s)."""
-    metrics_port: int = 10259
-    """Port of ``/metrics`` and ``/healthz`` (0: a free port)."""
-    qps: float = 5000.0
-    """Client-side request rate limit towards the apiserver (requests per second)."""
-    burst: int = 5000
-    """Client-side burst above ``qps``."""
-    backoff_initial_s: float = 1.0
-    """First retry delay of an unschedulable pod; doubles per attempt."""
-    backoff_max_s: float = 10.0
-    """Largest retry delay (kube-scheduler's podMaxBackoffSeconds default)."""
-    unschedulable_retry_s: float = 60.0
-    """A pod parked as unschedulable is retried at least this often, events or not."""
-    assume_ttl_s: float = 30.0
-    """An assumed pod whose binding is never seen is forgotten after this."""
-    gang_timeout_s: float = 60.0
-    """After this long incomplete, a gang gets one GangIncomplete warning (it holds nothing while
-    it waits, so there is nothing to give back)."""
-    event_series_interval_s: float = 30.0
-    """Repeats of one Event (same pod, reason and note but its numbers) only raise its
-    ``series.count``, written at most this often per Event (client-go's recorder: 30 min for
-    its heartbeat; shorter here so ``kubectl describe`` shows a count that moves)."""
-    resources: ResourceNames = field(default_factory=ResourceNames)
-    """Extended resource names of whole GPUs, GPU core and memory shares and PPUs. Config keys
-    ``resource_gpu``, ``resource_gpu_core``, ``resource_gpu_memory``, ``resource_ppu``: the same
-    keys and defaults as the device plugin's ConfigMap, so a rename is copied line for line."""
-    confirm_timeout_s: float = 300.0
-    """How long a gang member bound after a same-shaped member on one node waits for the device
-    plugin to confirm that one's devices before it is given back to the queue."""
-    topology_labels: tuple[str, ...] = (
-        "network.topology/block",
-        "network.topology/rack",
+    gpu_strategy: str = _doc(
+        "binpack fills busy GPUs and nodes first (less fragmentation); spread the idle ones.",
+        "binpack",
+        choices=STRATEGIES,
     )
-    """Node labels of the network-topology levels, widest first; gangs pack into the smallest."""
+    plugins: tuple[PluginConfig, ...] = _doc(
+        "Changes to the default profile, as a YAML list of {name, weight, enabled}: a listed "
+        "plugin gets its weight (the multiplier of its 0-100 score), enabled: false drops it, "
+        "a plugin not enabled by default is added after the others.",
+        DEFAULT_PROFILE,
+        kind="yaml",
+    )
+    feature_label: str = _doc(
+        "Node label (value true) that marks the nodes whose GPUs we place onto.",
+        "lj_runtimekit_enable",
+    )
+    topology_labels: tuple[str, ...] = _doc(
+        "Node labels of the network-topology levels, widest first, as a YAML list; gangs pack "
+        "into the smallest domain that holds them.",
+        ("network.topology/block", "network.topology/rack"),
+        kind="yaml",
+    )
+    gang_timeout: float = _doc(
+        "Seconds after which an incomplete gang gets one GangIncomplete warning (it holds "
+        "nothing while it waits, so there is nothing to give back).",
+        60.0,
+    )
+    assume_ttl: float = _doc(
+        "Seconds after which an assumed pod whose binding is never seen is forgotten.", 30.0
+    )
+    confirm_timeout: float = _doc(
+        "Seconds a gang member bound after a same-shaped member on one node waits for the "
+        "device plugin to confirm that one's devices before it goes back to the queue.",
+        300.0,
+    )
+    pod_initial_backoff: float = _doc(
+        "Seconds of the first retry delay of an unschedulable pod; doubles per attempt "
+        "(kube-scheduler's podInitialBackoffSeconds).",
+        1.0,
+    )
+    pod_max_backoff: float = _doc(
+        "Seconds of the largest retry delay (kube-scheduler's podMaxBackoffSeconds).", 10.0
+    )
+    unschedulable_retry: float = _doc(
+        "Seconds within which a pod parked as unschedulable is retried, events or not.", 60.0
+    )
+    event_series_interval: float = _doc(
+        "Seconds between writes of one Event's series.count: repeats of an Event (same pod, "
+        "reason and note but its numbers) only raise the count (client-go's recorder: 30 min; "
+        "shorter here so kubectl describe shows a count that moves).",
+        30.0,
+    )
+    resource_gpu: str = _doc("Extended resource name of whole GPUs.", "aliyun.com/gpu")
+    resource_gpu_core: str = _doc(
+        "Extended resource name of GPU core shares (100 per GPU).", "aliyun.com/gpu-core"
+    )
+    resource_gpu_memory: str = _doc(
+        "Extended resource name of GPU memory shares (GiB).", "aliyun.com/gpu-memory"
+    )
+    resource_ppu: str = _doc("Extended resource name of whole PPUs.", "alibabacloud.com/ppu")
+    kubeconfig: str = cli.kubeconfig()
+    # kube-scheduler's clientConnection defaults (issue 21; make bench: docs in README)
+    kube_api_qps: float = cli.kube_api_qps(50.0)
+    kube_api_burst: int = cli.kube_api_burst(100)
+    leader_elect: bool = cli.leader_elect()
+    leader_elect_lease_duration: float = cli.leader_elect_lease_duration()
+    leader_elect_renew_deadline: float = cli.leader_elect_renew_deadline()
+    leader_elect_retry_period: float = cli.leader_elect_retry_period()
+    leader_elect_resource_namespace: str = cli.leader_elect_resource_namespace()
+    leader_elect_resource_name: str = cli.leader_elect_resource_name("lj-runtimekit-scheduler")
+    # 9503, next to the exporter's 9501 and the device plugin's 9502: v1.13 served plain HTTP
+    # on 10259, kube-scheduler's HTTPS port
+    metrics_bind_address: str = cli.metrics_bind_address("0.0.0.0:9503")
+    health_probe_bind_address: str = cli.health_probe_bind_address()
+    log_level: str = cli.log_level()
+    log_format: str = cli.log_format()
+
+    @property
+    def resources(self) -> ResourceNames:
+        """The extended resource names, under the device plugin's ConfigMap keys."""
+        return ResourceNames(
+            self.resource_gpu, self.resource_gpu_core, self.resource_gpu_memory, self.resource_ppu
+        )
+
+    @property
+    def metrics_address(self) -> tuple[str, int]:
+        return cli.bind_address(self.metrics_bind_address)
+
+    @property
+    def metrics_port(self) -> int:
+        """v1.13's name of the metrics port, read by tools written for it (until v1.15.0)."""
+        return self.metrics_address[1]
+
+    @property
+    def probe_address(self) -> tuple[str, int] | None:
+        if not self.health_probe_bind_address:
+            return None
+        return cli.bind_address(self.health_probe_bind_address)
 
     def __post_init__(self) -> None:
+        try:
+            config.validate(self)  # choices, NUL, finite numbers, host:port
+        except config.SettingsError as e:
+            raise ConfigError(str(e)) from e
         # Flags and environment reach here unchecked: say which one is wrong, before any I/O.
         for name in (
-            "lease_duration_s",
-            "qps",
-            "backoff_initial_s",
-            "backoff_max_s",
-            "unschedulable_retry_s",
-            "assume_ttl_s",
-            "gang_timeout_s",
-            "confirm_timeout_s",
-            "event_series_interval_s",
+            "leader_elect_lease_duration",
+            "leader_elect_renew_deadline",
+            "leader_elect_retry_period",
+            "kube_api_qps",
+            "pod_initial_backoff",
+            "pod_max_backoff",
+            "unschedulable_retry",
+            "assume_ttl",
+            "gang_timeout",
+            "confirm_timeout",
+            "event_series_interval",
         ):
-            if not _positive(getattr(self, name)):
+            if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} {getattr(self, name)!r}: expected a positive number")
-        if self.burst < 1:
-            raise ConfigError(f"burst {self.burst}: expected 1 or more")
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"metrics_port {self.metrics_port}: expected 0 to 65535")
-        if self.log_level not in ("debug", "info", "warning", "error"):
-            raise ConfigError(f"log_level {self.log_level!r}: expected debug, info, warning, error")
+        if self.kube_api_burst < 1:
+            raise ConfigError(f"kube_api_burst {self.kube_api_burst}: expected 1 or more")
+        if self.leader_elect and not (
+            self.leader_elect_retry_period
+            < self.leader_elect_renew_deadline
+            < self.leader_elect_lease_duration
+        ):
+            raise ConfigError(
+                "leader election needs retry period < renew deadline < lease duration, got "
+                f"{self.leader_elect_retry_period}, {self.leader_elect_renew_deadline}, "
+                f"{self.leader_elect_lease_duration}"
+            )
         if not self.scheduler_name:
             raise ConfigError("scheduler_name: expected a non-empty name")
+        if not self.feature_label:
+            raise ConfigError("feature_label: must be a non-empty string")
+        names = self.resources.all
+        for kind, n in zip(RESOURCE_KINDS, names, strict=True):
+            key = "resource_" + kind.replace("-", "_")
+            if not n:
+                raise ConfigError(f"{key}: must be a non-empty string")
+            if n.count("/") != 1 or not all(n.split("/")):
+                raise ConfigError(f"{key} {n!r}: expected <domain>/<name>")
+        if len(set(names)) != len(names):
+            keys = dict(zip(RESOURCE_KEYS, names, strict=True))
+            raise ConfigError(f"resource names must differ: {keys}")
 
 
-ENV = {
-    "log_level": "LJ_SCHEDULER_LOG_LEVEL",
-    "scheduler_name": "LJ_SCHEDULER_NAME",
-    "kubeconfig": "KUBECONFIG",
-}
+FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="lj-runtimekit-scheduler",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--version", action="version", version=f"lj-runtimekit-scheduler {__version__}")
-    p.add_argument("--config", type=Path, help="versioned YAML config file (from the ConfigMap)")
-    p.add_argument(
-        "--log-level",
-        choices=["debug", "info", "warning", "error"],
-        help="log level (env LJ_SCHEDULER_LOG_LEVEL; default: info)",
-    )
-    p.add_argument("--scheduler-name", help="schedulerName of our pods (env LJ_SCHEDULER_NAME)")
-    p.add_argument("--gpu-strategy", choices=["binpack", "spread"], help="GPU placement strategy")
-    p.add_argument("--kubeconfig", help="kubeconfig path (env KUBECONFIG; default: in-cluster)")
-    p.add_argument("--namespace", help="namespace of the leader Lease (default: kube-system)")
-    p.add_argument("--no-leader-elect", action="store_true", help="schedule without a Lease")
-    p.add_argument("--metrics-port", type=int, help="port of /metrics and /healthz (default 10259)")
-    p.add_argument("--qps", type=float, help="apiserver client QPS (default 5000)")
-    p.add_argument("--burst", type=int, help="apiserver client burst (default 5000)")
-    return p
-
-
-def parse_file(data: Any, source: str) -> dict[str, Any]:
-    """Validate a config document and return the Settings fields it sets."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{source}: expected a mapping with 'version: v1'")
-    if data.get("version") != "v1":
-        raise ConfigError(f"{source}: unknown config version {data.get('version')!r}; expected v1")
-    known = {
-        "version",
-        "schedulerName",
-        "gpuStrategy",
-        "plugins",
-        "featureLabel",
-        "topologyLabels",
-        "gangTimeoutSeconds",
-        "assumeTTLSeconds",
-        "confirmTimeoutSeconds",
-        *RESOURCE_KEYS,
-    }
-    unknown = sorted(str(k) for k in set(data) - known)  # YAML keys may be numbers or null
-    if unknown:
-        raise ConfigError(f"{source}: unknown keys {unknown}; known: {sorted(known)}")
-    out: dict[str, Any] = {}
-    if "schedulerName" in data:
-        out["scheduler_name"] = _str(data["schedulerName"], source, "schedulerName")
-    if "gpuStrategy" in data:
-        if data["gpuStrategy"] not in ("binpack", "spread"):
-            raise ConfigError(f"{source}: gpuStrategy must be binpack or spread")
-        out["gpu_strategy"] = data["gpuStrategy"]
-    if "featureLabel" in data:
-        out["feature_label"] = _str(data["featureLabel"], source, "featureLabel")
-    if "topologyLabels" in data:
-        labels = data["topologyLabels"]
-        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-            raise ConfigError(f"{source}: topologyLabels must be a list of label keys")
-        out["topology_labels"] = tuple(labels)
-    for key, attr in (
-        ("gangTimeoutSeconds", "gang_timeout_s"),
-        ("assumeTTLSeconds", "assume_ttl_s"),
-        ("confirmTimeoutSeconds", "confirm_timeout_s"),
-    ):
-        if key in data:
-            if not _positive(data[key]):
-                raise ConfigError(f"{source}: {key} must be a positive number, got {data[key]!r}")
-            out[attr] = float(data[key])
-    if "plugins" in data:
-        out["plugins"] = _plugins(data["plugins"], source)
-    if any(k in data for k in RESOURCE_KEYS):
-        out["resources"] = _resource_names(data, source)
-    return out
-
-
-RESOURCE_KEYS = tuple("resource_" + k.replace("-", "_") for k in RESOURCE_KINDS)
-
-
-def _resource_names(data: Mapping[str, Any], source: str) -> ResourceNames:
-    given = {
-        k.removeprefix("resource_"): _str(data[k], source, k) for k in RESOURCE_KEYS if k in data
-    }
-    names = ResourceNames(**given)
-    for key, n in zip(RESOURCE_KEYS, names.all, strict=True):
-        if n.count("/") != 1 or not all(n.split("/")):
-            raise ConfigError(f"{source}: {key} {n!r}: expected <domain>/<name>")
-    if len(set(names.all)) != len(names.all):
-        raise ConfigError(f"{source}: resource names must differ: {list(names.all)}")
-    return names
-
-
-def _positive(value: Any) -> bool:
-    """A finite number above 0; YAML's true, .nan and .inf are none."""
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
-def _str(value: Any, source: str, key: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{source}: {key} must be a non-empty string")
-    return value
-
-
-def _plugins(entries: Any, source: str) -> tuple[PluginConfig, ...]:
-    from .plugins.registry import REGISTRY
-
+def plugins(entries: Any, source: str = "plugins") -> tuple[PluginConfig, ...]:
+    """The profile: the defaults changed by ``entries`` (a list of {name, weight, enabled})."""
     if not isinstance(entries, list):
         raise ConfigError(f"{source}: plugins must be a list of {{name, weight, enabled}}")
     chosen = {n: w for n, w in DEFAULT_PLUGINS}
@@ -265,8 +267,6 @@ def _plugins(entries: Any, source: str) -> tuple[PluginConfig, ...]:
         if not isinstance(e, Mapping) or not isinstance(e.get("name"), str):
             raise ConfigError(f"{source}: each plugin needs a name, got {e!r}")
         name = e["name"]
-        if name not in REGISTRY:
-            raise ConfigError(f"{source}: unknown plugin {name!r}; known: {sorted(REGISTRY)}")
         weight = e.get("weight", chosen.get(name, 1))
         if not isinstance(weight, int) or weight < 0:
             raise ConfigError(f"{source}: weight of {name} must be a non-negative integer")
@@ -279,30 +279,57 @@ def _plugins(entries: Any, source: str) -> tuple[PluginConfig, ...]:
     return tuple(PluginConfig(n, chosen[n]) for n in order if n in chosen)
 
 
-def load(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> Settings:
-    args = parser().parse_args(argv)
-    environ = os.environ if env is None else env
-    values: dict[str, Any] = {}
-    if args.config is not None:
-        try:
-            doc = yaml.safe_load(args.config.read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"cannot read config file {args.config}: {e}") from e
-        values.update(parse_file(doc, str(args.config)))
-    for attr, var in ENV.items():
-        if environ.get(var):
-            values[attr] = environ[var]
-    flags = {
-        "log_level": args.log_level,
-        "scheduler_name": args.scheduler_name,
-        "gpu_strategy": args.gpu_strategy,
-        "kubeconfig": args.kubeconfig,
-        "namespace": args.namespace,
-        "metrics_port": args.metrics_port,
-        "qps": args.qps,
-        "burst": args.burst,
-    }
-    values.update({k: v for k, v in flags.items() if v is not None})
-    if args.no_leader_elect:
-        values["leader_elect"] = False
-    return Settings(**values)
+def topology_labels(labels: Any, source: str = "topology_labels") -> tuple[str, ...]:
+    if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
+        raise ConfigError(f"{source}: topologyLabels must be a list of label keys")
+    return tuple(labels)
+
+
+def parser() -> argparse.ArgumentParser:
+    return cli.parser(
+        PROG,
+        "A Kubernetes scheduler (Scheduler Framework shape) for GPU pods: GPU fit, GPU choice on "
+        "the node, topology, gangs.",
+        dataclasses.fields(Settings),
+        env_prefix=ENV_PREFIX,
+        version=__version__,
+        deprecated=DEPRECATED,
+    )
+
+
+def _old_environment(env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """``env`` with v1.13's variables under their new names (a new one set wins), and a note
+    per old one used."""
+    out, notes = dict(env), []
+    for old, key in OLD_ENV.items():
+        if old not in env:
+            continue
+        new = cli.env_name(ENV_PREFIX, key)
+        out.setdefault(new, env[old])
+        notes.append(f"environment {old} is deprecated: use {new} (the old name goes in {_UNTIL})")
+    return out, notes
+
+
+def load_noting(
+    argv: list[str] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Settings, list[str]]:
+    """The effective settings and a note per deprecated spelling used; raises
+    :class:`ConfigError` with what to fix."""
+    env, old_notes = _old_environment(os.environ if environ is None else environ)
+    flags = vars(parser().parse_args(argv))
+    try:
+        values, notes = config.load(
+            Settings, flags=flags, environ=env, env_prefix=ENV_PREFIX, deprecated=DEPRECATED
+        )
+    except config.SettingsError as e:
+        raise ConfigError(str(e)) from e
+    if "plugins" in values:
+        values["plugins"] = plugins(values["plugins"])
+    if "topology_labels" in values:
+        values["topology_labels"] = topology_labels(values["topology_labels"])
+    return Settings(**values), old_notes + notes
+
+
+def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """The effective settings; raises :class:`ConfigError` with what to fix."""
+    return load_noting(argv, environ)[0]

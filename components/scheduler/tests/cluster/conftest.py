@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from lj_runtimekit_scheduler import app
+from lj_runtimekit_scheduler import app, lifecycle
 from lj_runtimekit_scheduler.settings import Settings
 
 CRD = Path(__file__).parents[4] / "deploy" / "crds" / "nodedevices.lj-runtimekit.aliyun.com.yaml"
@@ -174,16 +174,16 @@ def gpu_cluster(cluster: Any, namespace: str) -> Iterator[GpuCluster]:
 @pytest.fixture
 async def scheduler(
     cluster: Any, gpu_cluster: GpuCluster
-) -> AsyncIterator[Callable[..., asyncio.Task[int]]]:
+) -> AsyncIterator[Callable[..., asyncio.Task[None]]]:
     """Start our scheduler in-process: ``scheduler(**settings)`` returns its task."""
-    running: list[tuple[asyncio.Event, asyncio.Task[int]]] = []
+    running: list[tuple[asyncio.Event, asyncio.Task[None]]] = []
 
-    def start(**kw: Any) -> asyncio.Task[int]:
+    def start(**kw: Any) -> asyncio.Task[None]:
         kw.setdefault("leader_elect", False)
-        cfg = Settings(kubeconfig=cluster.kubeconfig, metrics_port=0, **kw)
-        stop = asyncio.Event()
-        task = asyncio.create_task(app.serve(cfg, stop))
-        running.append((stop, task))
+        cfg = Settings(kubeconfig=cluster.kubeconfig, metrics_bind_address="127.0.0.1:0", **kw)
+        tasks = lifecycle.Tasks()
+        task = asyncio.create_task(app.serve(cfg, tasks))
+        running.append((tasks.stop, task))
         return task
 
     yield start

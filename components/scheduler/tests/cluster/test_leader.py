@@ -13,15 +13,24 @@ import pytest
 pytestmark = pytest.mark.cluster
 
 
+def fast_lease(name: str) -> dict[str, Any]:
+    return {
+        "leader_elect_resource_name": name,
+        "leader_elect_lease_duration": 3.0,
+        "leader_elect_renew_deadline": 2.0,
+        "leader_elect_retry_period": 0.5,
+    }
+
+
 async def test_killing_the_leader_loses_no_pod_and_double_books_no_gpu(
     gpu_cluster: Any, scheduler: Callable[..., Any]
 ) -> None:
     gpu_cluster.gpu_nodes(2)
     lease = f"lj-sched-test-{uuid.uuid4().hex[:6]}"
-    first = scheduler(leader_elect=True, lease_name=lease, lease_duration_s=3.0)
+    first = scheduler(leader_elect=True, **fast_lease(lease))
     first_pods = [gpu_cluster.pod(f"a-{i}", {"aliyun.com/gpu": "1"}) for i in range(4)]
     await gpu_cluster.wait_bound(first_pods)
-    second = scheduler(leader_elect=True, lease_name=lease, lease_duration_s=3.0)
+    second = scheduler(leader_elect=True, **fast_lease(lease))
     await asyncio.sleep(1)
     first.cancel()  # the leader dies without giving the Lease back
     rest = [gpu_cluster.pod(f"b-{i}", {"aliyun.com/gpu": "1"}) for i in range(8)]

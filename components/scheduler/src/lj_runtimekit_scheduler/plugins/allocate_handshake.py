@@ -17,16 +17,24 @@ ever marked: KWOK nodes of tests and benchmarks) are not checked.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from ..framework import OK, SKIP, CycleState, Status, fail
+from ..framework import OK, SKIP, CycleState, Slot, Status, fail
 from ..gang import GangId, gang_of
 from ..model import Pod, ResourceNames
-from ..settings import Settings
-from ..state import ClusterState, NodeInfo, Pending
+from ..state import NodeInfo, Pending
 
 NAME = "AllocateHandshake"
 
 Units = frozenset[tuple[str, int]]
+_ASKED: Slot[tuple[Units, GangId | None]] = Slot("AllocateHandshake/asked")
+"""The pod's units and gang, computed once at PreFilter for every node's Filter."""
+
+
+@dataclass(frozen=True)
+class Args:
+    names: ResourceNames = field(default_factory=ResourceNames)
+    """The extended resource names, for the reason shown in FailedScheduling."""
 
 
 def units_of(pod: Pod) -> Units:
@@ -73,13 +81,13 @@ class AllocateHandshake:
         units = units_of(pod)
         if not units:
             return SKIP
-        cs.data[NAME] = (units, gang_of(pod))
+        cs.write(_ASKED, (units, gang_of(pod)))
         return OK
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
         if not info.confirms or not info.pending:
             return OK
-        units, gang = cs.data.get(NAME) or (units_of(pod), gang_of(pod))
+        units, gang = cs.read(_ASKED) or (units_of(pod), gang_of(pod))
         found = blocker(pod.uid, units, gang, info.pending)
         if found is None:
             return OK
@@ -90,5 +98,5 @@ class AllocateHandshake:
         )
 
 
-def new(settings: Settings, state: ClusterState) -> AllocateHandshake:
-    return AllocateHandshake(settings.resources)
+def new(args: Args) -> AllocateHandshake:
+    return AllocateHandshake(args.names)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ..framework import OK, Binder, CycleState, Status
 from ..model import Pod
-from ..state import ClusterState
 
 NAME = "DefaultBinder"
 
@@ -17,5 +16,5 @@ class DefaultBinder:
         return OK
 
 
-def new(settings: object, state: ClusterState) -> DefaultBinder:
+def new() -> DefaultBinder:
     return DefaultBinder()

@@ -5,15 +5,25 @@ score of the node after placement (Score), and the decision written on the pod a
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .. import gpu
-from ..framework import OK, SKIP, Binder, CycleState, Status, fail
+from ..framework import CHOSEN_DEVICES, OK, SKIP, Binder, CycleState, Slot, Status, fail
 from ..model import ASSIGNMENT_ANNOTATION, Pod
-from ..settings import Settings
-from ..state import ClusterState, NodeInfo
+from ..state import NodeInfo
 
 NAME = "GpuFit"
+_SCORES: Slot[dict[str, int]] = Slot("GpuFit/score")
+"""Node → the score of the node after the choice, computed with it at Filter."""
+
+
+@dataclass(frozen=True)
+class Args:
+    strategy: str = "binpack"
+    """binpack or spread (gpu.choose, gpu.score)."""
+    feature_label: str = "lj_runtimekit_enable"
+    """Only nodes labelled with it (value true) take device pods."""
 
 
 def assignment(pod: Pod, node: str, choice: gpu.Choice, now: datetime) -> str:
@@ -49,9 +59,6 @@ class GpuFit:
         # recompute only the nodes that changed
         self._cache: dict[tuple[str, int, object], tuple[gpu.Choice | None, str, int]] = {}
 
-    def _choices(self, cs: CycleState) -> dict[str, gpu.Choice]:
-        return cs.data.setdefault(NAME, {})  # type: ignore[no-any-return]
-
     def pre_filter(self, cs: CycleState, pod: Pod) -> Status:
         return OK if pod.wants_devices else SKIP
 
@@ -76,19 +83,15 @@ class GpuFit:
             self._cache[key] = hit
         if hit[0] is None:
             return fail(hit[1])
-        self._choices(cs)[info.node.name] = hit[0]
-        cs.data.setdefault(f"{NAME}/score", {})[info.node.name] = hit[2]
+        cs.setdefault(CHOSEN_DEVICES, {})[info.node.name] = hit[0]
+        cs.setdefault(_SCORES, {})[info.node.name] = hit[2]
         return OK
 
     def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:
-        scores: dict[str, int] = cs.data.get(f"{NAME}/score", {})
-        return scores.get(info.node.name, 0)
-
-    def chosen(self, cs: CycleState, node: str) -> gpu.Choice | None:
-        return self._choices(cs).get(node)
+        return (cs.read(_SCORES) or {}).get(info.node.name, 0)
 
     async def pre_bind(self, cs: CycleState, pod: Pod, node: str, binder: Binder) -> Status:
-        choice = self.chosen(cs, node)
+        choice = cs.chosen(node)
         if choice is None:
             return OK
         # written by the Binding itself (CycleState.binding_annotations)
@@ -98,5 +101,5 @@ class GpuFit:
         return OK
 
 
-def new(settings: Settings, state: ClusterState) -> GpuFit:
-    return GpuFit(settings.gpu_strategy, settings.feature_label)
+def new(args: Args) -> GpuFit:
+    return GpuFit(args.strategy, args.feature_label)

@@ -6,8 +6,7 @@ from __future__ import annotations
 from .. import gpu
 from ..framework import CycleState
 from ..model import Pod
-from ..state import ClusterState, NodeInfo
-from . import gpu_fit
+from ..state import NodeInfo
 
 NAME = "GpuTopology"
 
@@ -16,11 +15,11 @@ class GpuTopology:
     NAME = NAME
 
     def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:
-        choice = cs.data.get(gpu_fit.NAME, {}).get(info.node.name)
+        choice = cs.chosen(info.node.name)
         if choice is None:
             return 0
         return gpu.locality(info.devices, choice)
 
 
-def new(settings: object, state: ClusterState) -> GpuTopology:
+def new() -> GpuTopology:
     return GpuTopology()

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from ..framework import OK, SKIP, CycleState, Status, fail, normalize_max
 from ..model import Node, Pod, Requirement, Term
-from ..state import ClusterState, NodeInfo
+from ..state import NodeInfo
 
 NAME = "NodeAffinity"
 MISMATCH = fail("node(s) didn't match Pod's node affinity/selector")
@@ -71,5 +71,5 @@ class NodeAffinity:
         return normalize_max(scores)
 
 
-def new(settings: object, state: ClusterState) -> NodeAffinity:
+def new() -> NodeAffinity:
     return NodeAffinity()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..framework import OK, SKIP, CycleState, Status, fail
 from ..model import Pod
-from ..state import ClusterState, NodeInfo
+from ..state import NodeInfo
 
 NAME = "NodeName"
 MISMATCH = fail("node(s) didn't match the requested node name")
@@ -24,5 +24,5 @@ class NodeName:
         return OK if fits(pod, info.node.name) else MISMATCH
 
 
-def new(settings: object, state: ClusterState) -> NodeName:
+def new() -> NodeName:
     return NodeName()

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from ..framework import OK, SKIP, CycleState, Status, fail
 from ..model import HostPort, Pod
-from ..state import ClusterState, NodeInfo
+from ..state import NodeInfo
 
 NAME = "NodePorts"
 _ANY = "0.0.0.0"
@@ -35,5 +35,5 @@ class NodePorts:
         return OK
 
 
-def new(settings: object, state: ClusterState) -> NodePorts:
+def new() -> NodePorts:
     return NodePorts()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..framework import OK, CycleState, Status, fail
 from ..model import Node, Pod, Taint
-from ..state import ClusterState, NodeInfo
+from ..state import NodeInfo
 
 NAME = "NodeReady"
 _NOT_READY = Taint("node.kubernetes.io/not-ready", "", "NoSchedule")
@@ -22,5 +22,5 @@ class NodeReady:
         return OK if fits(pod, info.node) else fail("node(s) were not ready")
 
 
-def new(settings: object, state: ClusterState) -> NodeReady:
+def new() -> NodeReady:
     return NodeReady()

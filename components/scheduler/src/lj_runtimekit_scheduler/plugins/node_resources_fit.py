@@ -3,12 +3,19 @@ follows the GPU strategy (binpack: MostAllocated, spread: LeastAllocated) over c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..framework import OK, CycleState, Status, fail
 from ..model import Pod, Resources
-from ..settings import Settings
-from ..state import ClusterState, NodeInfo
+from ..state import NodeInfo
 
 NAME = "NodeResourcesFit"
+
+
+@dataclass(frozen=True)
+class Args:
+    most_allocated: bool = True
+    """MostAllocated scoring (binpack); False: LeastAllocated (spread)."""
 
 
 def insufficient(want: Resources, allocatable: Resources, requested: Resources) -> list[str]:
@@ -51,5 +58,5 @@ class NodeResourcesFit:
         return allocation_score(pod.requests, info.node.allocatable, info.requested, self.most)
 
 
-def new(settings: Settings, state: ClusterState) -> NodeResourcesFit:
-    return NodeResourcesFit(most_allocated=settings.gpu_strategy == "binpack")
+def new(args: Args) -> NodeResourcesFit:
+    return NodeResourcesFit(most_allocated=args.most_allocated)

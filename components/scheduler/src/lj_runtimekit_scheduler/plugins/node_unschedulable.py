@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..framework import OK, CycleState, Status, fail
 from ..model import Node, Pod, Taint
-from ..state import ClusterState, NodeInfo
+from ..state import NodeInfo
 
 NAME = "NodeUnschedulable"
 _TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
@@ -21,5 +21,5 @@ class NodeUnschedulable:
         return OK if fits(pod, info.node) else fail("node(s) were unschedulable")
 
 
-def new(settings: object, state: ClusterState) -> NodeUnschedulable:
+def new() -> NodeUnschedulable:
     return NodeUnschedulable()

@@ -1,10 +1,16 @@
-"""Plugin name → factory. The config enables and weights plugins by these names."""
+"""Plugin name → factory. The config enables and weights plugins by these names.
+
+As kube-scheduler's registry: a factory gets the plugin's own typed arguments (its ``Args``, out
+of :class:`PluginArgs`, which the profile builder fills from the settings) and the handle to the
+cluster state; plugins never see the settings tree.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
+from ..framework import Plugin
 from ..state import ClusterState
 from . import (
     allocate_handshake,
@@ -22,23 +28,30 @@ from . import (
     unsupported_features,
 )
 
-Factory = Callable[[Any, ClusterState], object]
 
-REGISTRY: dict[str, Factory] = {
-    m.NAME: m.new
-    for m in (
-        scheduling_gates,
-        unsupported_features,
-        node_name,
-        node_unschedulable,
-        node_ready,
-        node_affinity,
-        taint_toleration,
-        node_ports,
-        node_resources_fit,
-        gpu_fit,
-        allocate_handshake,
-        gpu_topology,
-        default_binder,
-    )
+@dataclass(frozen=True)
+class PluginArgs:
+    """Each plugin's own arguments (kube-scheduler's ``pluginConfig`` of a profile)."""
+
+    gpu_fit: gpu_fit.Args = field(default_factory=gpu_fit.Args)
+    node_resources_fit: node_resources_fit.Args = field(default_factory=node_resources_fit.Args)
+    allocate_handshake: allocate_handshake.Args = field(default_factory=allocate_handshake.Args)
+
+
+Factory = Callable[[PluginArgs, ClusterState], Plugin]
+
+REGISTRY: Mapping[str, Factory] = {
+    scheduling_gates.NAME: lambda args, state: scheduling_gates.new(),
+    unsupported_features.NAME: lambda args, state: unsupported_features.new(),
+    node_name.NAME: lambda args, state: node_name.new(),
+    node_unschedulable.NAME: lambda args, state: node_unschedulable.new(),
+    node_ready.NAME: lambda args, state: node_ready.new(),
+    node_affinity.NAME: lambda args, state: node_affinity.new(),
+    taint_toleration.NAME: lambda args, state: taint_toleration.new(),
+    node_ports.NAME: lambda args, state: node_ports.new(),
+    node_resources_fit.NAME: lambda args, state: node_resources_fit.new(args.node_resources_fit),
+    gpu_fit.NAME: lambda args, state: gpu_fit.new(args.gpu_fit),
+    allocate_handshake.NAME: lambda args, state: allocate_handshake.new(args.allocate_handshake),
+    gpu_topology.NAME: lambda args, state: gpu_topology.new(),
+    default_binder.NAME: lambda args, state: default_binder.new(),
 }

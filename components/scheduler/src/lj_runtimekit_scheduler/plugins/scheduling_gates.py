@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ..framework import OK, CycleState, Status, fail
 from ..model import Pod
-from ..state import ClusterState
 
 NAME = "SchedulingGates"
 
@@ -18,5 +17,5 @@ class SchedulingGates:
         return OK
 
 
-def new(settings: object, state: ClusterState) -> SchedulingGates:
+def new() -> SchedulingGates:
     return SchedulingGates()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..framework import OK, CycleState, Status, fail
 from ..model import Node, Pod, Taint
-from ..state import ClusterState, NodeInfo
+from ..state import NodeInfo
 
 NAME = "TaintToleration"
 
@@ -48,5 +48,5 @@ class TaintToleration:
         return {k: 100 - v * 100 // top for k, v in scores.items()}
 
 
-def new(settings: object, state: ClusterState) -> TaintToleration:
+def new() -> TaintToleration:
     return TaintToleration()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from ..framework import OK, CycleState, Status, fail
 from ..model import Pod
-from ..state import ClusterState
 
 NAME = "UnsupportedFeatures"
 
@@ -25,5 +24,5 @@ class UnsupportedFeatures:
         return OK
 
 
-def new(settings: object, state: ClusterState) -> UnsupportedFeatures:
+def new() -> UnsupportedFeatures:
     return UnsupportedFeatures()
