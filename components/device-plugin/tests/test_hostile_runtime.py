@@ -321,6 +321,11 @@ async def test_a_refused_registration_is_retried_while_others_stay_registered(
         status, text = await _get(url + "/healthz")
         if "aliyun.com/gpu-core" not in reg.ok:
             assert "aliyun.com/gpu-core not registered" in text, text
+            # the alert LJRuntimeKitDevicePluginNotRegistered reads this gauge
+            _, metrics = await _get(url + "/metrics")
+            if "aliyun.com/gpu-core" not in reg.ok:
+                assert 'lj_device_plugin_registered{resource="aliyun.com/gpu-core"} 0.0' in metrics
+            assert 'lj_device_plugin_registered{resource="aliyun.com/gpu"} 1.0' in metrics
         # no kubelet restart happens: the plugin itself must try again
         await _until(lambda: "aliyun.com/gpu-core" in reg.ok)
         assert reg.refused == ["aliyun.com/gpu-core"] * 2
@@ -328,6 +333,8 @@ async def test_a_refused_registration_is_retried_while_others_stay_registered(
         status, text = await _get(url + "/healthz")
         assert status == 200, text
         assert text.startswith("ok"), text
+        _, metrics = await _get(url + "/metrics")
+        assert 'lj_device_plugin_registered{resource="aliyun.com/gpu-core"} 1.0' in metrics
 
 
 # --- a forged assignment never reaches the Runtime when the device has no room ---------------

@@ -284,6 +284,7 @@ async def serve(
         on_refused=refused,
         intent=allocator.intent,
     )
+    metrics.follow_registrations(host.registration_state)
 
     def healthy() -> tuple[bool, str]:
         return health_report(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 
 class PluginMetrics:
@@ -10,6 +14,8 @@ class PluginMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._registration_state: Callable[[], Mapping[str, bool]] = dict
+        self.registry.register(_RegisteredCollector(self._registrations_now))
         self.registrations = Counter(
             "lj_device_plugin_registrations",
             "Registrations with the kubelet, per resource.",
@@ -104,3 +110,30 @@ class PluginMetrics:
 
     def registered(self, resource: str) -> None:
         self.registrations.labels(resource).inc()
+
+    def _registrations_now(self) -> Mapping[str, bool]:
+        return self._registration_state()
+
+    def follow_registrations(self, state: Callable[[], Mapping[str, bool]]) -> None:
+        """Serve ``lj_device_plugin_registered{resource}``: 1 while the kubelet holds the
+        resource's registration, 0 while it is served but refused (or the kubelet restarted and
+        it is not back yet). The counter of registrations cannot say this: a plugin that once
+        registered and lost it after a kubelet restart looks the same."""
+        self._registration_state = state
+
+
+class _RegisteredCollector(Collector):
+    """Reads the plugin host's registration state at each scrape (no copy to keep in step)."""
+
+    def __init__(self, state: Callable[[], Mapping[str, bool]]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "lj_device_plugin_registered",
+            "1 while the kubelet holds this resource's registration, 0 while it does not.",
+            labels=["resource"],
+        )
+        for resource, registered in sorted(self._state().items()):
+            family.add_metric([resource], 1.0 if registered else 0.0)
+        yield family

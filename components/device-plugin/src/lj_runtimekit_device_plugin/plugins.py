@@ -81,6 +81,10 @@ class PluginHost:
     def resources(self) -> list[str]:
         return sorted(advertise(self.inventory.view().devices, self.names))
 
+    def registration_state(self) -> dict[str, bool]:
+        """Each resource this host serves: registered with the kubelet now or not."""
+        return {r: r in self.registered for r in self._servers}
+
     async def start(self) -> None:
         """Serve every resource's socket, then register each with the kubelet."""
         await self.stop()
