@@ -51,6 +51,7 @@ lint: setup buf ## ruff, mypy --strict, import-linter contracts, buf lint/breaki
 	$(VENV)/bin/ruff format --check .
 	tests/tools/typecheck.sh
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/shape_tests/test_drift.py
 
 .PHONY: k8s-bin
 k8s-bin: ## build (first time) the test control plane, real-node binaries and Prometheus into ~/.cache/lj-runtimekit
