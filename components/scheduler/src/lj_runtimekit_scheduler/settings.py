@@ -200,6 +200,11 @@ class Settings:
         return self.metrics_address[1]
 
     @property
+    def namespace(self) -> str:
+        """v1.13's name of the Lease's namespace, read by tools written for it (until v1.15.0)."""
+        return self.leader_elect_resource_namespace
+
+    @property
     def probe_address(self) -> tuple[str, int] | None:
         if not self.health_probe_bind_address:
             return None
