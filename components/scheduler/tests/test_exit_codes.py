@@ -202,3 +202,15 @@ def test_v1_13_spellings_start_it_with_a_warning_for_each(kubeconfig: str) -> No
         assert healthz(port)[0] == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_lease_timings_are_not_checked_without_leader_election(kubeconfig: str) -> None:
+    # kube-scheduler validates leaderElection only when it is on; so do we (no elector is built)
+    proc = scheduler(
+        "--kubeconfig", kubeconfig, "--leader-elect=false", "--metrics-bind-address",
+        "127.0.0.1:0", "--leader-elect-renew-deadline", "20",
+    )  # fmt: skip
+    for running, port, _ in serving(proc):
+        assert healthz(port)[0] == 200
+        running.send_signal(signal.SIGTERM)
+        assert running.wait(timeout=30) == 0

@@ -73,7 +73,9 @@ async def _serve(settings: Settings, tasks: lifecycle.Tasks, kube: Kube, identit
         metrics=metrics,
     )
     informers = Informers(kube, settings, state, queue, sched.poke)
-    lease = elector(settings, kube, identity)
+    # checked by Settings only when it is used: built only then
+    lease = elector(settings, kube, identity) if settings.leader_elect else None
+    lost = lease.lost if lease is not None else asyncio.Event()
     serving = True
 
     def degraded() -> list[str]:
@@ -86,7 +88,7 @@ async def _serve(settings: Settings, tasks: lifecycle.Tasks, kube: Kube, identit
             # the probe address serves the same routes: kubelet probes reach /healthz there
             await add_site(runner, *settings.probe_address)
         log.info("serving", port=port, identity=identity)
-        if settings.leader_elect:
+        if lease is not None:
             tasks.spawn("leader", lease.run())
             await _first_of(tasks.stop.wait(), lease.leading.wait())
             metrics.leader(lease.leading.is_set())
@@ -96,14 +98,15 @@ async def _serve(settings: Settings, tasks: lifecycle.Tasks, kube: Kube, identit
         await _first_of(tasks.stop.wait(), informers.wait_synced())
         sched_stop = asyncio.Event()
         tasks.spawn("scheduler", sched.run(sched_stop))
-        await _first_of(tasks.wait(), lease.lost.wait())
-        if lease.lost.is_set() and not tasks.fatal:
+        await _first_of(tasks.wait(), lost.wait())
+        if lost.is_set() and not tasks.fatal:
             # exit 1 so that the pod restarts as a follower
             tasks.fatal = "lost the leader Lease"
         sched_stop.set()
         serving = False
         await asyncio.wait_for(sched.drain(), 10) if sched.binding else None
-        await lease.release()  # a follower takes over at once, not after the lease duration
+        if lease is not None:
+            await lease.release()  # a follower takes over at once, not after the lease duration
     finally:
         await tasks.cancel()
         await runner.cleanup()
