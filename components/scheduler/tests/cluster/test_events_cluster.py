@@ -18,10 +18,10 @@ async def test_six_pending_pods_leave_six_events_whose_counts_grow(
 ) -> None:
     gpu_cluster.gpu_nodes(1, gpus=8)
     scheduler(
-        backoff_initial_s=0.1,
-        backoff_max_s=0.2,
-        unschedulable_retry_s=0.2,
-        event_series_interval_s=0.3,
+        pod_initial_backoff=0.1,
+        pod_max_backoff=0.2,
+        unschedulable_retry=0.2,
+        event_series_interval=0.3,
     )
     names = [gpu_cluster.pod(f"huge-{i}", {"aliyun.com/gpu": "16"}) for i in range(6)]
     events: Any = client.EventsV1Api(gpu_cluster.api)
