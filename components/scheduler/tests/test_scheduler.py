@@ -6,13 +6,16 @@ from typing import Any
 
 from lj_runtimekit_scheduler import objects
 from lj_runtimekit_scheduler.errors import TemporaryError
+from lj_runtimekit_scheduler.framework import CHOSEN_DEVICES, OK, CycleState, Profile, Status
+from lj_runtimekit_scheduler.gpu import Choice, Slice
 from lj_runtimekit_scheduler.metrics import Metrics
 from lj_runtimekit_scheduler.model import ASSIGNMENT_ANNOTATION, Device, Pod
+from lj_runtimekit_scheduler.plugins import default_binder
 from lj_runtimekit_scheduler.profile import build_profile
 from lj_runtimekit_scheduler.queue import SchedulingQueue
 from lj_runtimekit_scheduler.scheduler import Scheduler
 from lj_runtimekit_scheduler.settings import Settings
-from lj_runtimekit_scheduler.state import ClusterState
+from lj_runtimekit_scheduler.state import ClusterState, NodeInfo
 
 
 class Edge:
@@ -191,3 +194,24 @@ async def test_unfit_pod_gets_a_failed_scheduling_event_naming_the_gpus() -> Non
     ((_, reason, message),) = edge.events
     assert reason == "FailedScheduling"
     assert "0/1 nodes are available" in message
+
+
+class ChoosesGpu3:
+    """A stand-in device plugin of the profile: writes its choice in the typed cycle-state slot."""
+
+    NAME = "ChoosesGpu3"
+
+    def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
+        choice = Choice((("main", (Slice("gpu-3", whole=True),)),))
+        cs.setdefault(CHOSEN_DEVICES, {})[info.node.name] = choice
+        return OK
+
+
+async def test_the_loop_assumes_the_devices_the_cycle_state_holds_whoever_chose_them() -> None:
+    # v1.13 fished GpuFit out of the profile by type and assumed only its choice
+    sched, edge, state = setup({"n1": "b1"})
+    sched.profile = Profile([(ChoosesGpu3(), 0), (default_binder.new(), 0)])
+    sched.queue.add(gpu_pod("p", {"aliyun.com/gpu": "1"}), 0)
+    await run_until_idle(sched)
+    assert edge.bound == {"p": "n1"}
+    assert state.nodes["n1"].device_use["gpu-3"].whole
