@@ -95,6 +95,12 @@ def test_the_lease_stays_in_the_v113_namespace_unless_told() -> None:
     assert (s.namespace, s.leader_elect_resource_namespace) == ("lj", "other")
 
 
+def test_lease_timing_beyond_the_deadline_is_fine_without_leader_election() -> None:
+    # v1.13 started a single replica with any retry period; only the elector needs it shorter.
+    s = settings.load([IMAGE, "--leader-elect=false", "--leader-elect-retry-period=10"], {})
+    assert s.leader_elect_retry_period == 10.0
+
+
 @pytest.mark.parametrize(
     ("argv", "error"),
     [

@@ -79,30 +79,35 @@ class Controller:
             await api.close()
             raise ControllerError(f"cannot serve on {s.metrics_bind_address}: {e}") from e
         log.info("serving", address=host, port=self.port)
-        elector = Elector(
-            LeaseObject(kube, s.leader_elect_resource_namespace, s.leader_elect_resource_name),
-            s.identity,
-            namespace=s.leader_elect_resource_namespace,
-            name=s.leader_elect_resource_name,
-            lease_duration=s.leader_elect_lease_duration,
-            renew_deadline=s.leader_elect_renew_deadline,
-            retry_period=s.leader_elect_retry_period,
-        )
+        elector: Elector | None = None
+        if s.leader_elect:  # built only when used: its timing checks concern only the Lease
+            elector = Elector(
+                LeaseObject(kube, s.leader_elect_resource_namespace, s.leader_elect_resource_name),
+                s.identity,
+                namespace=s.leader_elect_resource_namespace,
+                name=s.leader_elect_resource_name,
+                lease_duration=s.leader_elect_lease_duration,
+                renew_deadline=s.leader_elect_renew_deadline,
+                retry_period=s.leader_elect_retry_period,
+            )
         code = lifecycle.EXIT_OK
         try:
-            if s.leader_elect:
+            if elector is not None:
                 self._spawn("leader", elector.run())
                 await _first(elector.leading.wait(), self.stop.wait())
             if not self.stop.is_set():
                 self.metrics.leader.set(1)
                 self._start_loop(kube)
-                await _first(elector.lost.wait(), self.stop.wait())
-                if elector.lost.is_set():
+                if elector is not None:
+                    await _first(elector.lost.wait(), self.stop.wait())
+                else:
+                    await self.stop.wait()
+                if elector is not None and elector.lost.is_set():
                     log.error("leadership_lost_exiting")
                     code = lifecycle.EXIT_FAILED
         finally:
             await self.tasks.cancel()
-            if s.leader_elect:
+            if elector is not None:
                 await elector.release()  # logs and swallows its own errors
             self.metrics.leader.set(0)
             await runner.cleanup()

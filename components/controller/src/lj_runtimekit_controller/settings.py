@@ -148,8 +148,11 @@ class Settings:
                 "leader_elect_renew_deadline must be shorter than leader_elect_lease_duration"
             )
         # The elector renews every retry period: a period not shorter than the deadline would
-        # give up leading after a single missed renewal (and the elector refuses it).
-        if not self.leader_elect_retry_period < self.leader_elect_renew_deadline:
+        # give up leading after a single missed renewal (and the elector refuses it). Without
+        # leader election no elector is built, and v1.13 started with any period.
+        if self.leader_elect and not (
+            self.leader_elect_retry_period < self.leader_elect_renew_deadline
+        ):
             raise ConfigError(
                 "leader_elect_retry_period must be shorter than leader_elect_renew_deadline"
             )
