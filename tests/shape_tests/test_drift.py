@@ -19,8 +19,7 @@ SHAPE_FILES = sorted(p.name for p in CANONICAL.glob("*.py") if p.name != "__init
 #: exempt while they are their component's own (no shape marker); a copy that carries the marker
 #: is the shape and must be identical. Phase 2 removes the entries.
 MARKER = "Shape file (docs/shape.md)"
-PENDING = {
-}
+PENDING: set[tuple[str, str]] = set()
 
 
 def copies(name: str) -> list[Path]:
