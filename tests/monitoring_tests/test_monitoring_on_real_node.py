@@ -306,6 +306,7 @@ def test_an_unhealthy_device_fires_its_alert(prometheus: Prometheus, suite: Real
     assert firing[0]["metric"]["severity"] == "critical"
     alerts = prometheus.get("/api/v1/alerts")["alerts"]
     (alert,) = [a for a in alerts if a["labels"].get("device") == UNHEALTHY]
+    print("firing:", json.dumps(alert, indent=1, sort_keys=True))  # the evidence, with -rP
     assert alert["annotations"]["summary"] == f"Device {UNHEALTHY} on {node.name} is unhealthy"
     others = prometheus.query('ALERTS{alertname=~"LJRuntimeKit.*", alertstate="firing"}')
     assert {s["metric"]["alertname"] for s in others} == {"LJRuntimeKitDeviceUnhealthy"}
