@@ -6,7 +6,7 @@ variable "REGISTRY" {
 }
 
 variable "lj_runtimekit_version" {
-  default = "v1.13.0"
+  default = "v1.14.0"
 }
 
 variable "DEVICE_PLUGIN_VERSION" {

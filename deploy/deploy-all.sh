@@ -118,7 +118,7 @@ workload_of() { # component → kind/name of what rolls out
 
 # The manifests of a folder with the image registry and tag of this run, if given, and the node
 # label of NODE_LABEL wherever the manifests name the default one: the DaemonSets' and the
-# RuntimeClass' nodeSelector, the scheduler's featureLabel, the controller's label_key and
+# RuntimeClass' nodeSelector, the scheduler's feature_label, the controller's label_key and
 # label_value. (Label keys and values cannot hold '|', the sed delimiter.)
 render() {
   local f
@@ -128,7 +128,7 @@ render() {
       ${LJ_RUNTIMEKIT_REGISTRY:+-e "s#([\"= ])[^\"= ]+/(lj-runtimekit-[a-z-]+):#\\1${LJ_RUNTIMEKIT_REGISTRY}/\\2:#"} \
       ${lj_runtimekit_version:+-e "s#(/lj-runtimekit-[a-z-]+):[A-Za-z0-9._-]+#\\1:${lj_runtimekit_version}#"} \
       -e "/^ *#/! s|^( +)$DEFAULT_LABEL_KEY: \"$DEFAULT_LABEL_VALUE\"\$|\\1$label_key: \"$label_value\"|" \
-      -e "s|^( +featureLabel: )$DEFAULT_LABEL_KEY\$|\\1$label_key|" \
+      -e "s|^( +feature_label: )$DEFAULT_LABEL_KEY\$|\\1$label_key|" \
       -e "s|^( +label_key: )$DEFAULT_LABEL_KEY\$|\\1$label_key|" \
       -e "s|^( +label_value: )\"$DEFAULT_LABEL_VALUE\"\$|\\1\"$label_value\"|" \
       "$f"
@@ -141,13 +141,13 @@ check_node_label() {
   local folder=$1 rendered=$2 want
   case $folder in
     deviceplugin | exporter | common) want="$label_key: \"$label_value\"" ;;
-    scheduler) want="featureLabel: $label_key" ;;
+    scheduler) want="feature_label: $label_key" ;;
     controller) want="label_key: $label_key" ;;
     *) return 0 ;;
   esac
   grep -qF -- "$want" <<<"$rendered" ||
     die "NODE_LABEL=$NODE_LABEL did not reach deploy/$folder (no '$want' after rendering)" \
-      "deploy/$folder must name the node label as '$DEFAULT_LABEL_KEY: \"$DEFAULT_LABEL_VALUE\"' (nodeSelector), featureLabel or label_key/label_value; or deploy with the default NODE_LABEL"
+      "deploy/$folder must name the node label as '$DEFAULT_LABEL_KEY: \"$DEFAULT_LABEL_VALUE\"' (nodeSelector), feature_label or label_key/label_value; or deploy with the default NODE_LABEL"
 }
 
 k() { "$KUBECTL" "$@"; }

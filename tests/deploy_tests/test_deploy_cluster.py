@@ -184,7 +184,7 @@ def test_the_node_label_reaches_every_component_and_a_node_agent_on_no_node_is_n
             )
             for c in DEPLOYMENTS
         }
-        assert config["scheduler"]["featureLabel"] == label
+        assert config["scheduler"]["feature_label"] == label
         assert (config["controller"]["label_key"], config["controller"]["label_value"]) == (
             label,
             "true",
@@ -212,22 +212,22 @@ def test_one_component_deploy_touches_only_that_component_and_rolls_back(
     k: Kubectl, deployed: Any
 ) -> None:
     before = k.resource_versions()
-    k.deploy_all("deploy", "--components=exporter", lj_runtimekit_version="v1.13.1")
+    k.deploy_all("deploy", "--components=exporter", lj_runtimekit_version="v1.14.1")
     after = k.resource_versions()
     changed = {kk for kk in before if before[kk] != after[kk]}
     assert changed == {("DaemonSet", NS, "lj-runtimekit-exporter")}
-    assert image_of(k, "exporter").endswith("/lj-runtimekit-exporter:v1.13.1")
-    assert image_of(k, "device-plugin").endswith(":v1.13.0")
+    assert image_of(k, "exporter").endswith("/lj-runtimekit-exporter:v1.14.1")
+    assert image_of(k, "device-plugin").endswith(":v1.14.0")
     k("-n", NS, "rollout", "status", "daemonset/lj-runtimekit-exporter", "--timeout=180s")
     poll(
         lambda: all(
-            p["spec"]["containers"][0]["image"].endswith(":v1.13.1") for p in pods_of(k, "exporter")
+            p["spec"]["containers"][0]["image"].endswith(":v1.14.1") for p in pods_of(k, "exporter")
         ),
-        "every exporter pod on v1.13.1",
+        "every exporter pod on v1.14.1",
     )
 
     k.deploy_all("deploy", "--components=exporter")  # the tag written in the manifest again
-    assert image_of(k, "exporter").endswith("/lj-runtimekit-exporter:v1.13.0")
+    assert image_of(k, "exporter").endswith("/lj-runtimekit-exporter:v1.14.0")
     k("-n", NS, "rollout", "status", "daemonset/lj-runtimekit-exporter", "--timeout=180s")
     history = k("-n", NS, "rollout", "history", "daemonset/lj-runtimekit-exporter").stdout
     assert len([ln for ln in history.splitlines() if ln[:1].isdigit()]) >= 2

@@ -75,11 +75,16 @@ def without_chart_additions(obj: Obj, static: Obj) -> Obj:
         for k in extra:
             del labels[k]
     for c in containers(obj):
-        if c["name"] in {"lj-runtimekit-scheduler", "lj-runtimekit-controller"}:
-            assert "--namespace=kube-system" in c["args"], c["name"]
+        # the namespace of the scheduler's Lease, of the controller's Jobs and Lease
+        flag = {
+            "lj-runtimekit-scheduler": "--leader-elect-resource-namespace=kube-system",
+            "lj-runtimekit-controller": "--namespace=kube-system",
+        }.get(c["name"])
+        if flag is not None:
+            assert flag in c["args"], c["name"]
             want_args = next(x for x in containers(static) if x["name"] == c["name"])["args"]
-            if "--namespace=kube-system" not in want_args:
-                c["args"].remove("--namespace=kube-system")
+            if flag not in want_args:
+                c["args"].remove(flag)
     if obj["kind"] == "ConfigMap":
         obj["data"] = {k: yaml.safe_load(v) for k, v in obj["data"].items()}
     return obj
@@ -288,7 +293,7 @@ def test_node_label_resource_names_and_namespace_reach_every_component_as_it_loa
         namespace="gpu-system",
     )
     scheduler = load_settings(objs, "scheduler", tmp_path)
-    assert scheduler.namespace == "gpu-system"
+    assert scheduler.leader_elect_resource_namespace == "gpu-system"
     assert scheduler.feature_label == "example.com/accelerator"
     assert (scheduler.resources.gpu, scheduler.resources.gpu_core) == (
         "example.com/gpu",

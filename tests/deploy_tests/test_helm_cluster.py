@@ -148,7 +148,7 @@ def test_install_upgrade_rollback_uninstall_in_its_own_namespace(
     assert columns[-1]["name"] == "Upgraded"
 
     tools.helm(
-        "upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "--set", "exporter.tag=v1.13.9",
+        "upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "--set", "exporter.tag=v1.14.9",
         "--wait", "--timeout", "3m",
     )  # fmt: skip
 
@@ -156,9 +156,9 @@ def test_install_upgrade_rollback_uninstall_in_its_own_namespace(
         ds = tools.json("-n", NS, "get", "daemonset", "lj-runtimekit-exporter")
         return str(ds["spec"]["template"]["spec"]["containers"][0]["image"])
 
-    assert exporter_image().endswith("/lj-runtimekit-exporter:v1.13.9")
+    assert exporter_image().endswith("/lj-runtimekit-exporter:v1.14.9")
     tools.helm("rollback", RELEASE, "1", "-n", NS, "--wait", "--timeout", "3m")
-    assert exporter_image().endswith("/lj-runtimekit-exporter:v1.13.0")
+    assert exporter_image().endswith("/lj-runtimekit-exporter:v1.14.0")
     history = json.loads(tools.helm("history", RELEASE, "-n", NS, "-o", "json"))
     assert [h["status"] for h in history] == ["superseded", "superseded", "deployed"]
 

@@ -41,11 +41,14 @@ def test_the_licence_is_apache_2() -> None:
 
 
 @pytest.mark.parametrize("component", COMPONENTS)
-def test_changelog_newest_release_is_the_package_version(component: str) -> None:
+def test_changelog_names_the_package_version(component: str) -> None:
+    """main carries the next version: its changelog section is ``## Unreleased (next: X.Y.Z)``
+    until the release moves it under ``## X.Y.Z`` (docs/release.md)."""
     text = (ROOT / "components" / component / "CHANGELOG.md").read_text()
+    sections = re.findall(r"^## (?:Unreleased \(next: )?(\d+\.\d+\.\d+)\)?\s*$", text, flags=re.M)
     released = re.findall(r"^## (\d+\.\d+\.\d+)\s*$", text, flags=re.M)
     assert released, f"{component}/CHANGELOG.md has no released section '## X.Y.Z'"
-    assert released[0] == _version(component)
+    assert sections[0] == _version(component)
     # every version in the file is written once, newest first
     keys = [tuple(int(p) for p in v.split(".")) for v in released]
     assert keys == sorted(set(keys), reverse=True)
@@ -73,3 +76,10 @@ def test_chart_app_version_follows_the_components() -> None:
         f"components disagree: {versions} (docs/release.md: one suite version)"
     )
     assert chart["appVersion"] == f"v{versions.pop()}"
+
+
+def test_the_bake_files_default_tag_is_the_suites_version() -> None:
+    text = (ROOT / "docker-bake.hcl").read_text()
+    default = re.search(r'variable "lj_runtimekit_version" \{\s*default = "([^"]+)"', text)
+    assert default is not None
+    assert default.group(1) == f"v{_version('scheduler')}"
