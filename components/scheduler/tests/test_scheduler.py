@@ -184,6 +184,8 @@ async def test_a_gang_incomplete_past_its_timeout_is_warned_about_once() -> None
     assert seen == [0, 0, 1, 1]
     assert "has 2 of 3 members after 60 s" in warnings()[0]
     assert edge.bound == {}
+    # the alert LJRuntimeKitGangOverdue reads this gauge
+    assert sched.metrics.registry.get_sample_value("lj_scheduler_gangs_overdue") == 1
 
 
 async def test_unfit_pod_gets_a_failed_scheduling_event_naming_the_gpus() -> None:

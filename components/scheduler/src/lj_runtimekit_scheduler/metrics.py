@@ -39,6 +39,11 @@ class Metrics:
         self._leader = Gauge(
             "lj_scheduler_leader", "1 while this replica holds the Lease.", registry=self.registry
         )
+        self._overdue = Gauge(
+            "lj_scheduler_gangs_overdue",
+            "Gangs still incomplete past gang_timeout (each got one GangIncomplete warning).",
+            registry=self.registry,
+        )
 
     def attempt(self, result: str) -> None:
         self._attempts.labels(result).inc()
@@ -55,3 +60,6 @@ class Metrics:
 
     def leader(self, held: bool) -> None:
         self._leader.set(1 if held else 0)
+
+    def gangs_overdue(self, count: int) -> None:
+        self._overdue.set(count)

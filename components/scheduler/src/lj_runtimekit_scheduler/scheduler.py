@@ -151,7 +151,8 @@ class Scheduler:
             self._unschedulable(first, Result(None, {}), msg)
             self._overdue(first, gid, gid.size - missing)
             return
-        self.gang_waiting.pop(gid.key, None)
+        if self.gang_waiting.pop(gid.key, 0.0) is None:
+            self._count_overdue()
         t0 = time.perf_counter()
         labels = {n: i.node.label_map() for n, i in self.state.nodes.items()}
         need: dict[str, int] = {}
@@ -204,6 +205,7 @@ class Scheduler:
         now = self.clock()
         if len(self.gang_waiting) > 10_000:  # gangs deleted while incomplete: forget them all
             self.gang_waiting.clear()
+            self._count_overdue()
         since = self.gang_waiting.setdefault(gid.key, now)
         if since is None or now - since < self.settings.gang_timeout:
             return
@@ -214,7 +216,11 @@ class Scheduler:
             f"size ({POD_GROUP_SIZE_ANNOTATION} or {gang.JOBSET_REPLICAS})"
         )
         self.recorder.event(pod, "Warning", "GangIncomplete", msg)
+        self._count_overdue()
         log.warning("gang_incomplete", gang=gid.key, present=present, size=gid.size)
+
+    def _count_overdue(self) -> None:
+        self.metrics.gangs_overdue(sum(1 for since in self.gang_waiting.values() if since is None))
 
     def _bind_later(self, items: list[tuple[Pod, str, CycleState]], t0: float) -> None:
         after: list[list[str]] = [[] for _ in items]
