@@ -16,7 +16,7 @@ import pytest
 from lj_runtimekit_controller import job_spec
 from lj_runtimekit_testkit.manifests import Obj
 
-from .conftest import NS, Reply, Rig, ok, pod_body
+from .conftest import NS, Reply, Rig, eventually, ok, pod_body
 
 pytestmark = pytest.mark.cluster
 
@@ -306,6 +306,16 @@ ATTACKS: list[Attack] = [
     Attack("scheduler-create-job", "scheduler", lambda r, o: ("POST", JOBS, agent_job(r)), RBAC),
     # --- the controller: agent Jobs from the pinned template, its own node annotations
     *_common("controller", "lj-runtimekit-controller"),
+    Attack(
+        "controller-job-not-an-agent-image",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(r, lambda j, p, c: c.update(image="evil.example/busybox:1")),
+        ),
+        "runs a lj-runtimekit-controller-job-agent image",
+    ),
     Attack(
         "controller-job-other-image",
         "controller",
@@ -842,3 +852,37 @@ def test_exporter_token_does_all_the_exporter_does(rig: Rig, objs: Objects) -> N
         e("GET", "/api/v1/pods", None, query=[*q, ("watch", "true"), ("timeoutSeconds", 1)]),
         "watch",
     )
+
+
+def test_without_the_controller_deployment_nobody_else_is_refused(rig: Rig) -> None:
+    """The job-image policy reads the controller's Deployment. Once it named that parameter on
+    the policy for every controller write, and the apiserver resolves parameters before
+    matchConditions: an undeploy that deleted the Deployment first had every node write in the
+    cluster refused ("no params found"), the admin's included. Now only that image check reads it,
+    and a missing Deployment skips it; the controller's token still needs an agent image."""
+    deployment = f"/apis/apps/v1/namespaces/{NS}/deployments/lj-runtimekit-controller"
+    saved = ok(rig.root("GET", deployment, None), "the controller Deployment")
+    _ok(rig.root("DELETE", deployment, None), "delete the Deployment")
+    try:
+
+        def admin_patches_a_node() -> bool:
+            got = rig.root(
+                "PATCH",
+                _node(rig.other_node),
+                {"metadata": {"annotations": {"sec-test/after-undeploy": "x"}}},
+            )
+            return 200 <= got.status < 300
+
+        eventually("an admin's node write with the Deployment gone", admin_patches_a_node)
+        evil = tampered(rig, lambda j, p, c: c.update(image="evil.example/busybox:1"))
+        got = rig.as_("controller")("POST", JOBS, evil)
+        assert got.status in (403, 422), (got.status, got.message)
+        assert "runs a lj-runtimekit-controller-job-agent image" in got.message, got.message
+    finally:
+        for k in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
+            saved["metadata"].pop(k, None)
+        saved.pop("status", None)
+        _ok(
+            rig.root("POST", f"/apis/apps/v1/namespaces/{NS}/deployments", saved),
+            "the Deployment back",
+        )
