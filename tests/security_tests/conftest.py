@@ -225,6 +225,11 @@ def rig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     objs = access_objects()
     crds = sorted((DEPLOY / "crds").glob("*.yaml"))
     kubectl(cluster, "apply", "--server-side", "--force-conflicts", *(f"-f={p}" for p in crds))
+    # A policy naming a resource of a CRD that is not served yet (an earlier test's `undeploy
+    # --purge` removed it) is not in force until the apiserver's policies refresh: apply the
+    # policies only once the CRDs are served.
+    kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s",
+            *(f"-f={p}" for p in crds))  # fmt: skip
     kubectl(
         cluster,
         "apply",
@@ -274,6 +279,7 @@ def rig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 {"metadata": {"name": f"probe-{run}"}, "spec": {}},
             ).message
         ),
+        deadline_s=180.0,  # the apiserver refreshes its policies on its own schedule
     )
     try:
         yield r
