@@ -360,27 +360,7 @@ async def test_a_forged_assignment_beyond_the_device_is_refused_before_the_runti
     pod = PodView(
         "tenant", "greedy", "u1", "1", {ASSIGNMENT: json.dumps(forged)}, {"c": {names.gpu_core: 20}}
     )
-    events: list[str] = []
-
-    async def pods() -> list[PodView]:
-        return [pod]
-
-    async def mark(p: PodView, update: Any) -> None:
-        raise AssertionError("a refused pod is not marked")
-
-    async def event(p: PodView, reason: str, message: str) -> None:
-        events.append(reason)
-
-    client = RuntimeClient(str(hostile.socket_dir), 2.0)
-    shake = SharedHandshake(
-        client,
-        names,
-        "n1",
-        pods,
-        mark,
-        post_event=event,
-        devices=lambda: [Device(id="gpu-0", memory_bytes=16 * GIB)],
-    )
+    client, shake, events = _refusing_handshake(hostile, names, pod)
     try:
         with pytest.raises(PermanentError, match="110 gpu-core units would exceed 100"):
             await shake.allocate(names.gpu_core, [f"gpu-0::core-{i}" for i in range(20)])
@@ -439,6 +419,20 @@ async def test_a_forged_allocation_mark_cannot_borrow_another_pods_share(
         {ASSIGNMENT: json.dumps(assignment), ALLOCATION: json.dumps(mark)},
         {"c": {names.gpu_core: 50, names.gpu_memory: 8}},
     )
+    client, shake, events = _refusing_handshake(hostile, names, pod)
+    try:
+        with pytest.raises(PermanentError, match="belong to another container"):
+            await shake.allocate(names.gpu_core, [f"gpu-0::core-{i}" for i in range(50)])
+    finally:
+        await client.close()
+    assert events == ["GpuAllocationMarkRefused"]
+
+
+def _refusing_handshake(
+    hostile: HostileRuntime, names: ResourceNames, pod: PodView
+) -> tuple[RuntimeClient, SharedHandshake, list[str]]:
+    """A handshake on node n1 (one 16 GiB gpu-0) whose only pod is ``pod``, which must be
+    refused: marking it fails the test; the reasons of the Events it posts are collected."""
     events: list[str] = []
 
     async def pods() -> list[PodView]:
@@ -460,9 +454,4 @@ async def test_a_forged_allocation_mark_cannot_borrow_another_pods_share(
         post_event=event,
         devices=lambda: [Device(id="gpu-0", memory_bytes=16 * GIB)],
     )
-    try:
-        with pytest.raises(PermanentError, match="belong to another container"):
-            await shake.allocate(names.gpu_core, [f"gpu-0::core-{i}" for i in range(50)])
-    finally:
-        await client.close()
-    assert events == ["GpuAllocationMarkRefused"]
+    return client, shake, events
