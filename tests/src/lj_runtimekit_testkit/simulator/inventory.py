@@ -10,6 +10,27 @@ from enum import Enum
 GIB = 1024**3
 MIG_SLICES = 7
 _MIG_PROFILE = re.compile(r"^([1-7])g\.([1-9][0-9]*)gb$")
+#: The driver stack GetVersion reports when the inventory names none: an NVIDIA data-centre driver
+#: of the 550 branch (CUDA 12.4), what H800/A100 nodes of this era run.
+DEFAULT_DRIVER_VERSION = "550.54.15"
+#: NVIDIA compute capability by GPU family (NVIDIA's public "CUDA GPUs" table), matched as a word
+#: in the model name; the first match wins, so longer names come before their prefixes.
+_COMPUTE_CAPABILITY = (
+    (re.compile(r"\b(H100|H800|H200|H20|GH200)\b"), "9.0"),
+    (re.compile(r"\b(L40S|L40|L20|L4)\b"), "8.9"),
+    (re.compile(r"\b(A100|A800|A30)\b"), "8.0"),
+    (re.compile(r"\b(A10|A40|A16|A2)\b"), "8.6"),
+    (re.compile(r"\bT4\b"), "7.5"),
+    (re.compile(r"\bV100\b"), "7.0"),
+)
+
+
+def compute_capability_of(kind: Kind, model: str) -> str:
+    """The compute capability a GPU of ``model`` has; "" when not an NVIDIA model we know
+    (PPUs, AMD: the Runtime reports none for them unless the inventory says so)."""
+    if kind is not Kind.GPU:
+        return ""
+    return next((cc for rx, cc in _COMPUTE_CAPABILITY if rx.search(model)), "")
 
 
 class InventoryError(ValueError):
@@ -78,6 +99,7 @@ class Device:
     mode: Mode = Mode.NONE
     partitions: tuple[Partition, ...] = ()
     health: Health = Health()
+    compute_capability: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,6 +107,7 @@ class Inventory:
     node: str
     runtime_version: str
     devices: tuple[Device, ...]
+    driver_version: str = DEFAULT_DRIVER_VERSION
     control_device_nodes: tuple[str, ...] = ()
     features: tuple[str, ...] = ("device-injection", "sharing", "monitoring")
     features_enabled: bool = False

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import yaml
 
 from lj_runtimekit_testkit.simulator.inventory import (
+    DEFAULT_DRIVER_VERSION,
     GIB,
     Device,
     Health,
@@ -26,6 +27,7 @@ from lj_runtimekit_testkit.simulator.inventory import (
     Link,
     LinkKind,
     Mode,
+    compute_capability_of,
     partitions_for,
 )
 
@@ -36,6 +38,7 @@ _TOP_KEYS = {
     "version",
     "node",
     "runtime_version",
+    "driver_version",
     "control_device_nodes",
     "features",
     "features_enabled",
@@ -58,6 +61,7 @@ _DEVICE_KEYS = {
     "supports",
     "partitioning",
     "health",
+    "compute_capability",
 }
 _DEFAULT_NODES = {
     Kind.GPU: "/dev/nvidia{i}",
@@ -120,6 +124,11 @@ def parse_inventory(text: str, source: str = "<string>") -> Inventory:
         node=node,
         runtime_version=_str(top.get("runtime_version", "v1.13.0"), f"{source}: runtime_version"),
         devices=tuple(devices),
+        driver_version=_str(
+            top.get("driver_version", DEFAULT_DRIVER_VERSION),
+            f"{source}: driver_version",
+            empty=True,
+        ),
         control_device_nodes=tuple(
             _str_list(top.get("control_device_nodes", []), f"{source}: control_device_nodes")
         ),
@@ -161,6 +170,7 @@ def _device(raw: Mapping[str, Any], position: int, node: str, where: str) -> Dev
     health = _mapping(raw.get("health", {}), f"{where}.health", {"healthy", "reason"})
     nodes = raw.get("device_nodes")
     default_node = _DEFAULT_NODES[kind].format(i=index, r=128 + index)
+    model = _str(raw.get("model"), f"{where}.model")
     return Device(
         id=dev_id,
         uuid=_str(raw.get("uuid", derived_uuid(node, dev_id, kind)), f"{where}.uuid"),
@@ -169,7 +179,7 @@ def _device(raw: Mapping[str, Any], position: int, node: str, where: str) -> Dev
         vendor=_str(
             raw.get("vendor", "NVIDIA" if kind is Kind.GPU else "unknown"), f"{where}.vendor"
         ),
-        model=_str(raw.get("model"), f"{where}.model"),
+        model=model,
         memory_bytes=memory_bytes,
         compute_units=units,
         numa_node=_int(raw.get("numa_node", -1), f"{where}.numa_node", minimum=-1),
@@ -183,6 +193,12 @@ def _device(raw: Mapping[str, Any], position: int, node: str, where: str) -> Dev
         health=Health(
             _bool(health.get("healthy", True), f"{where}.health.healthy"),
             _str(health.get("reason", ""), f"{where}.health.reason", empty=True),
+        ),
+        # "" is allowed: a device the Runtime knows no compute capability for
+        compute_capability=_str(
+            raw.get("compute_capability", compute_capability_of(kind, model)),
+            f"{where}.compute_capability",
+            empty=True,
         ),
     )
 

@@ -113,6 +113,7 @@ class DeviceService(dgrpc.DeviceServiceServicer):
             version=self.node.inventory.runtime_version,
             api_version=API_VERSION,
             capabilities=list(self.faults.capabilities),
+            driver_version=self.node.inventory.driver_version,
         )
 
     async def ListDevices(

@@ -73,6 +73,8 @@ def device_pb(device: Device) -> pb.Device:
         partitions=[partition_pb(p) for p in device.partitions],
         health=health_pb(device.health),
         device_nodes=list(device.device_nodes),
+        compute_capability=device.compute_capability,
+        supported_partition_modes=[_MODES[m] for m in (Mode.MIG, Mode.TDM) if m in device.supports],
     )
 
 
