@@ -36,7 +36,7 @@ from .podview import pod_state, pod_view
 from .reclaim import Reclaimer
 from .reconcile import PodState
 from .resources import ResourceNames
-from .runtime import RuntimeClient
+from .runtime import DriverFacts, RuntimeClient, RuntimeUnavailable, driver_facts
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -63,13 +63,38 @@ async def _track(inventory: Inventory, metrics: PluginMetrics, follower: HealthF
         view = await inventory.changed(view.generation)
 
 
-async def _publish(inventory: Inventory, publisher: Publisher) -> None:
-    """One write per change of the inventory (never on a timer); failures retried on change."""
+async def _facts(client: RuntimeClient) -> DriverFacts | None:
+    """The driver facts for the labels; None while the Runtime does not answer (logged)."""
+    try:
+        facts = await driver_facts(client)
+    except RuntimeUnavailable as e:
+        log.warning("driver_facts_unavailable", error=str(e), kept="the last known facts")
+        return None
+    log.info(
+        "driver_facts",
+        driver_version=facts.driver_version or "unknown",
+        compute_capability=dict(facts.compute_capability),
+    )
+    return facts
+
+
+async def _publish(inventory: Inventory, publisher: Publisher, client: RuntimeClient) -> None:
+    """One write per change of the inventory (never on a timer); failures retried on change.
+
+    The driver facts are asked again only when the Runtime (its GetVersion) or the set of
+    devices changed: they are properties of the driver and the hardware, not of health. While
+    the Runtime does not answer the last known ones stay, so labels do not flap with a restart.
+    """
     view = inventory.view()
+    facts: DriverFacts | None = None
+    asked: object = None
     while True:
         if view.devices:
+            key = (view.runtime, tuple(sorted(d.id for d in view.devices)))
+            if key != asked and (fresh := await _facts(client)) is not None:
+                facts, asked = fresh, key
             try:
-                await publisher.publish(list(view.devices), view.runtime)
+                await publisher.publish(list(view.devices), view.runtime, facts)
             except ApiserverUnavailable as e:
                 log.warning("inventory_publish_failed", error=str(e), next="retry in 5s")
                 await asyncio.sleep(5)
@@ -308,7 +333,8 @@ async def serve(
     tasks.spawn("metrics", _track(inventory, metrics, follower))
     tasks.spawn("reconcile", reclaimer.run())
     if api is not None and s.publish_inventory:
-        tasks.spawn("publish", _publish(inventory, Publisher(api, s.node_name, names)))
+        publisher = Publisher(api, s.node_name, names, label_prefix=s.node_label_prefix)
+        tasks.spawn("publish", _publish(inventory, publisher, client))
     # Registering before the first inventory would advertise nothing: wait for it (or stop).
     first = asyncio.create_task(follower.connected.wait())
     stopping = asyncio.create_task(tasks.wait())

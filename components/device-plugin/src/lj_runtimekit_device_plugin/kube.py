@@ -18,7 +18,18 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from .errors import TemporaryError
 from .model import Device, RuntimeInfo
-from .nodedevices import GROUP, PLURAL, VERSION, label_patch, labels, status
+from .nodedevices import (
+    DEFAULT_LABEL_PREFIX,
+    GROUP,
+    PLURAL,
+    PREFIX_ANNOTATION,
+    VERSION,
+    LabelFacts,
+    label_patch,
+    labels,
+    owned_prefixes,
+    status,
+)
 from .resources import ResourceNames
 
 log = structlog.get_logger(__name__)
@@ -49,18 +60,30 @@ class Publisher:
     """NodeDevices status and node labels of one node, written on change only."""
 
     def __init__(
-        self, api: client.ApiClient, node: str, names: ResourceNames | None = None
+        self,
+        api: client.ApiClient,
+        node: str,
+        names: ResourceNames | None = None,
+        *,
+        label_prefix: str = DEFAULT_LABEL_PREFIX,
     ) -> None:
         self.api = api
         self.node = node
         self.names = names or ResourceNames()
+        self.label_prefix = label_prefix
+        self._prefixes: tuple[str, ...] = (label_prefix,)
+        """Prefixes whose labels are ours to remove; the old one goes once its labels are."""
+        self._annotated: str | None = None
+        """The prefix the node's annotation names (as last read or written)."""
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self._status: dict[str, Any] | None = None
         self._labels: dict[str, str] | None = None
         self.writes = 0
 
-    async def publish(self, devices: list[Device], runtime: RuntimeInfo) -> bool:
+    async def publish(
+        self, devices: list[Device], runtime: RuntimeInfo, facts: LabelFacts | None = None
+    ) -> bool:
         """Write what changed; True when anything was written."""
         wrote = False
         try:
@@ -77,17 +100,32 @@ class Publisher:
                 )
                 self._status = body
                 wrote = True
-            new = labels(devices, runtime)
+            new = labels(devices, runtime, facts, names=self.names, prefix=self.label_prefix)
             if self._labels is None:
                 node = await self.core.read_node(self.node)
                 self._labels = dict(node.metadata.labels or {})
-            patch = label_patch(self._labels, new)
-            if patch:
+                self._annotated = (node.metadata.annotations or {}).get(PREFIX_ANNOTATION)
+                self._prefixes = owned_prefixes(self.label_prefix, self._annotated)
+            meta: dict[str, Any] = {}
+            if self._annotated != self.label_prefix:
+                # recorded with the label write, so a later rename finds (and removes) these labels
+                meta["annotations"] = {PREFIX_ANNOTATION: self.label_prefix}
+            patch = label_patch(self._labels, new, self._prefixes)
+            if patch or meta:
                 await self.core.patch_node(
                     self.node,
-                    {"metadata": {"labels": patch}},
+                    {"metadata": {**meta, "labels": patch}},
                     _content_type=MERGE,  # type: ignore[call-arg]
                 )
+                if len(self._prefixes) > 1:
+                    log.info(
+                        "node_label_prefix_changed",
+                        node=self.node,
+                        old=self._prefixes[1],
+                        new=self.label_prefix,
+                        removed=sorted(k for k, v in patch.items() if v is None),
+                    )
+                self._prefixes, self._annotated = (self.label_prefix,), self.label_prefix
                 self._labels = {
                     **{k: v for k, v in self._labels.items() if patch.get(k, v) is not None},
                     **{k: v for k, v in patch.items() if v is not None},

@@ -6,8 +6,10 @@ none on a timer. ``observedAt`` is left out of the comparison (it changes with e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from .model import GIB, Device, RuntimeInfo
 from .resources import ResourceNames, advertise
@@ -16,7 +18,30 @@ from .topology import topology
 GROUP = "lj-runtimekit.aliyun.com"
 VERSION = "v1"
 PLURAL = "nodedevices"
-LABEL_PREFIX = "lj-runtimekit.aliyun.com/"
+#: The default prefix of the node labels (settings ``node_label_prefix`` renames it).
+DEFAULT_LABEL_PREFIX = "lj-runtimekit.aliyun.com"
+LABEL_PREFIX = DEFAULT_LABEL_PREFIX + "/"
+#: Node annotation naming the prefix the plugin last labelled the node under, so that a plugin
+#: started with another prefix finds (and removes) the labels of the old one. Its key is fixed:
+#: it must be found whatever the prefix was.
+PREFIX_ANNOTATION = "lj-runtimekit.aliyun.com/node-label-prefix"
+# A label key's name part (after "<prefix>/"): 63 characters at most, alphanumeric at both ends,
+# [-_.] and alphanumerics between (Kubernetes' qualified name).
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_MAJOR_MINOR = re.compile(r"^(\d+)\.(\d+)")
+
+
+class LabelFacts(Protocol):
+    """What the Runtime says beside the devices (``runtime.DriverFacts``)."""
+
+    @property
+    def driver_version(self) -> str: ...
+
+    @property
+    def compute_capability(self) -> Mapping[str, str]: ...
+
+    @property
+    def partition_modes(self) -> Mapping[str, frozenset[str]]: ...
 
 
 def _upper(s: str) -> str:
@@ -110,10 +135,24 @@ def _label_value(s: str) -> str:
     return v.strip("_.-")
 
 
-def labels(devices: Sequence[Device], runtime: RuntimeInfo) -> dict[str, str]:
-    """Node labels describing the devices, for nodeSelector (the vendor doc's gpu-label)."""
+def labels(
+    devices: Sequence[Device],
+    runtime: RuntimeInfo,
+    facts: LabelFacts | None = None,
+    *,
+    names: ResourceNames | None = None,
+    prefix: str = DEFAULT_LABEL_PREFIX,
+) -> dict[str, str]:
+    """Node labels describing the devices, for nodeSelector (the vendor doc's gpu-label, GPU
+    Feature Discovery's set); docs/node-labels.md lists them.
+
+    Guarantees: every key is ``<prefix>/<name>`` with a valid name part, every value a valid
+    label value; a fact the Runtime did not give (an older Runtime, ``facts`` None) is left out,
+    never guessed.
+    """
     if not devices:
         return {}
+    names = names or ResourceNames()
     topo = topology(devices)
     islands: dict[int, int] = {}
     for d in devices:
@@ -128,12 +167,78 @@ def labels(devices: Sequence[Device], runtime: RuntimeInfo) -> dict[str, str]:
         "partitioning": _partitioning(devices).replace(",", "_"),
         "runtime-version": runtime.version,
         "nvlink-islands": "x".join(str(n) for n in sorted(islands.values(), reverse=True)),
+        "sharing-mode": _sharing_mode(devices, names),
+        **_profile_counts(devices),
     }
-    return {LABEL_PREFIX + k: _label_value(v) for k, v in out.items() if _label_value(v)}
+    if facts is not None:
+        out.update(_driver_labels(devices, facts, names))
+    return {
+        f"{prefix}/{k}": _label_value(v)
+        for k, v in out.items()
+        if _LABEL_NAME.match(k) and _label_value(v)
+    }
 
 
-def label_patch(old: dict[str, str], new: dict[str, str]) -> dict[str, str | None]:
-    """The merge patch from our labels ``old`` to ``new``: None deletes; empty when equal."""
+def _sharing_mode(devices: Sequence[Device], names: ResourceNames) -> str:
+    """Which shares of a GPU this node advertises: core, memory, core-memory or none."""
+    offered = {n for n, units in advertise(devices, names).items() if units}
+    kinds = [k for k, n in (("core", names.gpu_core), ("memory", names.gpu_memory)) if n in offered]
+    return "-".join(kinds) or "none"
+
+
+def _profile_counts(devices: Sequence[Device]) -> dict[str, str]:
+    """``mig-<profile>.count`` per MIG profile and ``<tdm slice>.count`` per TDM slice size."""
+    counts: Counter[str] = Counter()
+    for d in devices:
+        for p in d.partitions:
+            if d.partition_mode == "mig":
+                counts[f"mig-{p.profile}.count"] += 1
+            elif d.partition_mode == "tdm":
+                counts[f"{p.profile}.count"] += 1
+    return {k: str(n) for k, n in sorted(counts.items())}
+
+
+def _driver_labels(
+    devices: Sequence[Device], facts: LabelFacts, names: ResourceNames
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if facts.driver_version:
+        out["driver-version"] = facts.driver_version
+        if m := _MAJOR_MINOR.match(facts.driver_version):
+            out["driver-version.major"], out["driver-version.minor"] = m[1], m[2]
+    # A selector on compute capability promises it on every device: the lowest, and only when
+    # every device reports one (GPU Feature Discovery's gpu.compute.major/minor).
+    caps = [_MAJOR_MINOR.match(facts.compute_capability.get(d.id, "")) for d in devices]
+    if all(caps):
+        major, minor = min((int(m[1]), int(m[2])) for m in caps if m)
+        out["compute.major"], out["compute.minor"] = str(major), str(minor)
+    modes = {m for d in devices for m in facts.partition_modes.get(d.id, frozenset())}
+    modes |= {d.partition_mode for d in devices if d.partition_mode in ("mig", "tdm")}
+    for mode in sorted(modes):
+        out[f"{mode}.capable"] = "true"
+    if "mig" in modes:
+        out["mig.strategy"] = names.mig_strategy
+    return out
+
+
+def owned_prefixes(current: str, annotated: str | None) -> tuple[str, ...]:
+    """The prefixes whose labels the plugin removes when it no longer writes them: the current
+    one and the one it last wrote under (the node annotation; a node labelled before the prefix
+    was recorded carries the default's)."""
+    previous = annotated or DEFAULT_LABEL_PREFIX
+    return (current,) if previous == current else (current, previous)
+
+
+def label_patch(
+    old: Mapping[str, str],
+    new: Mapping[str, str],
+    prefixes: Iterable[str] = (DEFAULT_LABEL_PREFIX,),
+) -> dict[str, str | None]:
+    """The merge patch from our labels ``old`` to ``new``: None deletes; empty when equal.
+
+    Only labels under ``prefixes`` (ours) are deleted; everything else on the node is kept.
+    """
+    owned = tuple(p.rstrip("/") + "/" for p in prefixes)
     patch: dict[str, str | None] = {k: v for k, v in new.items() if old.get(k) != v}
-    patch.update({k: None for k in old if k.startswith(LABEL_PREFIX) and k not in new})
+    patch.update({k: None for k in old if k.startswith(owned) and k not in new})
     return patch

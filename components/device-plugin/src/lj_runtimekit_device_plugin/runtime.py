@@ -10,7 +10,8 @@ clear log.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import grpc
@@ -57,6 +58,18 @@ class MethodMissing(PermanentError):
 
 class AllocationRefused(PermanentError):
     """The Runtime refused an allocation (bad ids, no room on the device)."""
+
+
+@dataclass(frozen=True)
+class DriverFacts:
+    """What the Runtime says of the driver stack and of each device's hardware generation, for
+    the node labels. Every field is empty from a Runtime older than it (interface v1.14 fields)."""
+
+    driver_version: str = ""
+    compute_capability: Mapping[str, str] = field(default_factory=dict)
+    """Device id to its compute capability ("9.0"); devices the Runtime gives none are absent."""
+    partition_modes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Device id to the partition modes it can be switched to (``mig``, ``tdm``)."""
 
 
 _enum = enum_name
@@ -236,6 +249,40 @@ class RuntimeClient:
                 ) from e
             raise self._unavailable("Allocate", e) from e
         return allocation_from_proto(_answer("Allocate", self, r).allocation)
+
+
+async def driver_facts(client: RuntimeClient) -> DriverFacts:
+    """One GetVersion and one ListDevices: the facts :class:`model.Device` does not carry.
+
+    A Runtime without GetVersion gives no driver version (not an error: labels leave it out)."""
+    version = ""
+    try:
+        v = await client._stub.GetVersion(device_pb2.GetVersionRequest(), timeout=client.timeout)
+        version = _answer("GetVersion", client, v).driver_version
+    except grpc.aio.AioRpcError as e:
+        if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise client._unavailable("GetVersion", e) from e
+    try:
+        r = await client._stub.ListDevices(device_pb2.ListDevicesRequest(), timeout=client.timeout)
+    except grpc.aio.AioRpcError as e:
+        raise client._unavailable("ListDevices", e) from e
+    devices = _answer("ListDevices", client, r).devices
+    modes = {
+        d.id: frozenset(
+            m
+            for m in (
+                _enum(device_pb2.PartitionMode, n, "PARTITION_MODE_")
+                for n in d.supported_partition_modes
+            )
+            if m in ("mig", "tdm")
+        )
+        for d in devices
+    }
+    return DriverFacts(
+        driver_version=version,
+        compute_capability={d.id: d.compute_capability for d in devices if d.compute_capability},
+        partition_modes={i: m for i, m in modes.items() if m},
+    )
 
 
 def retrying(what: str) -> AsyncRetrying:

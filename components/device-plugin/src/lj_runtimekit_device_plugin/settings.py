@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ DEPRECATED = (
     cli.Deprecated("port", "metrics_bind_address", kind="int", part="port", until="v1.15.0"),
 )
 _doc = cli.setting
+# A label prefix is a DNS subdomain (RFC 1123): lowercase labels of [a-z0-9-] joined by dots.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,13 @@ class Settings:
         "Publish NodeDevices and node labels to the apiserver (--publish-inventory=false: not).",
         True,
     )
+    node_label_prefix: str = _doc(
+        "Prefix of the node labels the plugin writes (<prefix>/model, <prefix>/count, ...; "
+        "docs/node-labels.md), a DNS subdomain the plugin alone writes under. On a rename the "
+        "labels under the old prefix are removed: the node annotation "
+        "lj-runtimekit.aliyun.com/node-label-prefix records the prefix last written.",
+        "lj-runtimekit.aliyun.com",
+    )
     kubeconfig: str = cli.kubeconfig()
     metrics_bind_address: str = cli.metrics_bind_address("0.0.0.0:9502")
     health_probe_bind_address: str = cli.health_probe_bind_address()
@@ -166,6 +176,12 @@ class Settings:
                 raise ConfigError(f"resource name {n!r}: expected <domain>/<name>")
         if len(set(names)) != len(names):
             raise ConfigError(f"resource names must differ: {names}")
+        prefix = self.node_label_prefix
+        if len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix):
+            raise ConfigError(
+                f"node_label_prefix {prefix!r}: expected a DNS subdomain of at most 253 "
+                "characters, lowercase letters, digits, '-' and '.', e.g. gpu.example.com"
+            )
         for name in (
             "health_interval",
             "rpc_timeout",
