@@ -109,3 +109,21 @@ async def test_an_unreachable_apiserver_loses_no_count_once_it_is_back() -> None
         rec.event(pod, "Warning", "FailedScheduling", "0/3 nodes are available")
     await rec.drain()
     assert [o[3] for o in sink.objects.values()] == [4]
+
+
+async def test_close_ends_every_write_task_and_nothing_is_written_after() -> None:
+    sink = Sink()
+    rec = EventRecorder(sink, interval_s=3600)
+    (pod,) = pods(1)
+    rec.event(pod, "Warning", "FailedScheduling", "0/3 nodes are available")
+    await rec.drain()
+    rec.event(pod, "Warning", "FailedScheduling", "0/3 nodes are available")
+    assert rec.pending, "the repeat waits for its series' next write"
+    writes = sink.writes
+    await asyncio.wait_for(rec.close(), 5)  # not the hour the series would sleep
+    assert not rec.pending
+    rec.event(pod, "Warning", "FailedScheduling", "0/3 nodes are available")
+    rec.event(pod, "Warning", "Other", "new story")
+    await asyncio.sleep(0)
+    assert not rec.pending
+    assert sink.writes == writes, "nothing writes on a closed client"

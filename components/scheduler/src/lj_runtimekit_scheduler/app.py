@@ -63,13 +63,14 @@ async def _serve(settings: Settings, tasks: lifecycle.Tasks, kube: Kube, identit
     queue = SchedulingQueue(
         settings.pod_initial_backoff, settings.pod_max_backoff, settings.unschedulable_retry
     )
+    recorder = EventRecorder(kube, interval_s=settings.event_series_interval)
     sched = Scheduler(
         settings,
         state=state,
         queue=queue,
         profile=build_profile(settings, state, metrics),
         binder=kube,
-        recorder=EventRecorder(kube, interval_s=settings.event_series_interval),
+        recorder=recorder,
         metrics=metrics,
     )
     informers = Informers(kube, settings, state, queue, sched.poke)
@@ -109,6 +110,7 @@ async def _serve(settings: Settings, tasks: lifecycle.Tasks, kube: Kube, identit
             await lease.release()  # a follower takes over at once, not after the lease duration
     finally:
         await tasks.cancel()
+        await recorder.close()
         await runner.cleanup()
 
 

@@ -99,8 +99,11 @@ class EventRecorder:
         self.buckets: OrderedDict[tuple[str, str], _Bucket] = OrderedDict()
         self.pending: set[asyncio.Task[None]] = set()
         self.dropped = 0
+        self.closed = False
 
     def event(self, pod: Pod, kind: str, reason: str, message: str) -> None:
+        if self.closed:
+            return  # shutting down: the apiserver client is about to close
         now = self.clock()
         self._expire(now)
         key = series_key(pod, kind, reason, message)
@@ -174,6 +177,18 @@ class EventRecorder:
             s.task = self._spawn(self._write_later(s))
 
     async def drain(self) -> None:
-        """Wait for the writes in flight (tests; shutdown)."""
+        """Wait for the writes in flight (tests)."""
         while self.pending:
             await asyncio.gather(*list(self.pending), return_exceptions=True)
+
+    async def close(self) -> None:
+        """End every write task before the client they write with is closed. Left running, a
+        task asleep until its series' next write woke on a closed client, or outlived the loop
+        ("Task was destroyed but it is pending"). Best effort like every write here: a count
+        not yet written is dropped, as kube-scheduler's recorder drops what is queued at exit."""
+        self.closed = True
+        while self.pending:
+            tasks = list(self.pending)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
