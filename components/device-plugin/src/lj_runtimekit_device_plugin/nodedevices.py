@@ -130,9 +130,10 @@ def status(
 
 
 def _label_value(s: str) -> str:
-    # label values: 63 chars of [A-Za-z0-9_.-], starting and ending alphanumeric
-    v = "".join(c if c.isalnum() or c in "_.-" else "-" for c in s)[:63]
-    return v.strip("_.-")
+    # label values: 63 chars of [A-Za-z0-9_.-], starting and ending alphanumeric. ASCII only:
+    # str.isalnum() also passes "é" or "¹", and the apiserver then refuses the whole patch.
+    v = "".join(c if (c.isascii() and c.isalnum()) or c in "_.-" else "-" for c in s)
+    return v.strip("_.-")[:63].strip("_.-")
 
 
 def labels(
