@@ -14,12 +14,12 @@ from typing import Any
 
 import structlog
 
-from . import __version__, annotation_patterns, cri, host, lifecycle, logs, result
+from . import __version__, annotation_patterns, cri, host, lifecycle, logs, result, versions
 from . import containerd_config as cc
 from .containerd_config import MalformedConfig
-from .errors import ConfigError, JobAgentError
+from .errors import ConfigError, JobAgentError, PermanentError
 from .plan import FileChange, plan
-from .runtime import ConfigDaemon, RuntimeUnavailable
+from .runtime import ConfigDaemon, FeatureState, RuntimeUnavailable, VersionUnknown, get_version
 from .settings import Settings
 
 log = structlog.get_logger("lj_runtimekit_job_agent")
@@ -29,7 +29,13 @@ class HandlerNotLoaded(host.ContainerdNotBack):
     """containerd came back from its restart without the handler state the files ask for."""
 
 
+class RuntimeTooOld(PermanentError):
+    """The node's Runtime is older than a feature the action would switch on needs."""
+
+
 def _exit_code(error: JobAgentError) -> tuple[int, str]:
+    if isinstance(error, RuntimeTooOld):
+        return result.EXIT_RUNTIME_TOO_OLD, "RuntimeTooOld"
     if isinstance(error, HandlerNotLoaded):
         return result.EXIT_CONTAINERD_NOT_BACK, "HandlerNotLoaded"
     if isinstance(error, RuntimeUnavailable):
@@ -147,8 +153,41 @@ async def _confirm_loaded(settings: Settings, want: bool) -> None:
     )
 
 
-async def act(settings: Settings) -> result.Result:
-    """Run the action; errors surface as :class:`JobAgentError`."""
+async def _check_runtime(settings: Settings, state: FeatureState, known: dict[str, Any]) -> None:
+    """Ask the Runtime's version (GetVersion) before acting, note it in ``known`` (the result
+    carries it whatever happens next), and refuse to enable under a Runtime older than a feature
+    to switch on needs: :class:`RuntimeTooOld`, before anything on the node changes."""
+    try:
+        got = await get_version(settings.socket_dir, settings.rpc_timeout)
+    except VersionUnknown as e:
+        # The config daemon reports the same Runtime's version: degrade to it, and say so.
+        log.warning(
+            "runtime_version_unknown",
+            error=str(e),
+            using=f"ConfigService's runtime_version {state.runtime_version!r}",
+        )
+        version, driver = state.runtime_version, ""
+    else:
+        version, driver = got.version or state.runtime_version, got.driver_version
+    known.update(runtime_version=version, driver_version=driver)
+    log.info("runtime_version", runtime_version=version, driver_version=driver or "unknown")
+    if settings.action != "enable":
+        return  # switching off needs no feature
+    if versions.parse(version) is None:
+        log.warning(
+            "runtime_version_unreadable",
+            runtime_version=version,
+            effect="no feature minimum checked (guide §4.1: v{major}.{feature}.{iteration})",
+        )
+    missing = versions.unmet(version, state.features, versions.FEATURE_MINIMUM)
+    if missing:
+        raise RuntimeTooOld(versions.refusal(version, missing))
+
+
+async def act(settings: Settings, known: dict[str, Any] | None = None) -> result.Result:
+    """Run the action; errors surface as :class:`JobAgentError`. ``known`` gets the facts
+    learnt on the way (the Runtime's version), for a result of an action that fails later."""
+    known = {} if known is None else known
     annotation_patterns.check(settings.annotation_patterns)
     enable = settings.action == "enable"
     changes, handler = _plan(settings)  # before any change: a malformed config stops everything
@@ -167,7 +206,8 @@ async def act(settings: Settings) -> result.Result:
     }
     async with ConfigDaemon(settings.socket_dir, settings.rpc_timeout) as daemon:
         state = await daemon.state()
-        facts["runtime_version"] = state.runtime_version
+        await _check_runtime(settings, state, known)
+        facts.update(known)
         if settings.dry_run:
             for change in changes:
                 sys.stdout.write(change.diff())
@@ -252,12 +292,13 @@ def _outcome(
 
 
 async def run_async(settings: Settings) -> tuple[int, result.Result]:
+    known: dict[str, Any] = {}
     try:
-        outcome = await act(settings)
+        outcome = await act(settings, known)
         code = result.EXIT_OK if outcome.succeeded else result.EXIT_FAILED
     except JobAgentError as e:
         code, reason = _exit_code(e)
-        outcome = _outcome(settings, False, reason, str(e))
+        outcome = _outcome(settings, False, reason, str(e), **known)
     except Exception as e:  # a bug or an input nobody foresaw: still a result the controller reads
         log.exception("action_crashed", action=settings.action)
         code = result.EXIT_FAILED
@@ -308,7 +349,8 @@ async def _until_signal(settings: Settings, tasks: lifecycle.Tasks) -> int:
 def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
     """The action's exit code (result.py): 0 done, 1 failed, 2 bad settings, 3 Runtime
     unavailable, 4 containerd config refused, 5 containerd not back or the handler not loaded,
-    130 stopped by a signal (a second signal: 130 at once)."""
+    6 the Runtime older than a feature to enable needs, 130 stopped by a signal (a second
+    signal: 130 at once)."""
     logs.configure(
         settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
     )

@@ -16,6 +16,8 @@ EXIT_USAGE: Final = 2
 EXIT_RUNTIME_UNAVAILABLE: Final = 3
 EXIT_CONFIG_REFUSED: Final = 4
 EXIT_CONTAINERD_NOT_BACK: Final = 5
+#: The node's Runtime is older than a feature the action switches on needs (guide §5.3, §6).
+EXIT_RUNTIME_TOO_OLD: Final = 6
 #: Stopped by SIGTERM/SIGINT (128 + SIGINT), the code every daemon of the suite uses for a signal
 #: that ends it before its work is done.
 EXIT_INTERRUPTED: Final = 130
@@ -44,6 +46,9 @@ class Result:
     systemd_cgroup: bool | None = None
     """The handler's SystemdCgroup (enable only)."""
     runtime_version: str = ""
+    """The Runtime's version (DeviceService.GetVersion; else ConfigService's), asked first."""
+    driver_version: str = ""
+    """The driver stack's version as the Runtime reports it; empty from a Runtime before v1.14."""
     time: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     def to_json(self) -> str:

@@ -1,4 +1,5 @@
-"""The only module that talks to the Runtime: its ConfigService on ``config-daemon.sock``."""
+"""The only module that talks to the Runtime: its ConfigService on ``config-daemon.sock``, and
+DeviceService.GetVersion on ``device-daemon.sock`` (which Runtime, which driver)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import grpc
 from grpc import aio
 
 from lj_runtimekit_interface import sockets
-from lj_runtimekit_interface.runtime.v1 import config_pb2, config_pb2_grpc
+from lj_runtimekit_interface.runtime.v1 import (
+    config_pb2,
+    config_pb2_grpc,
+    device_pb2,
+    device_pb2_grpc,
+)
 
 from . import runtime_channel
 from .errors import PermanentError, TemporaryError
@@ -38,6 +44,43 @@ def _state(msg: config_pb2.GetFeatureStateResponse) -> FeatureState:
         enabled=msg.enabled,
         features={f.name: f.enabled for f in msg.features},
         runtime_version=msg.runtime_version,
+    )
+
+
+@dataclass(frozen=True)
+class RuntimeVersion:
+    """What DeviceService.GetVersion said; ``driver_version`` empty from a Runtime before it."""
+
+    version: str
+    api_version: str
+    driver_version: str
+    capabilities: frozenset[str]
+
+
+class VersionUnknown(TemporaryError):
+    """GetVersion could not be asked (device socket absent, not answering, or no such method)."""
+
+
+async def get_version(socket_dir: str, rpc_timeout: float) -> RuntimeVersion:
+    """Ask the Runtime's DeviceService which version it is; :class:`VersionUnknown` if it can't
+    be asked (the caller decides what an unknown version allows)."""
+    path = runtime_channel.socket_path(socket_dir, sockets.DEVICE_SOCKET)
+    if not await asyncio.to_thread(os.path.exists, path):
+        raise VersionUnknown(f"Runtime socket {path} not found: cannot ask GetVersion")
+    channel = runtime_channel.open_channel(path)
+    try:
+        stub = device_pb2_grpc.DeviceServiceStub(channel)
+        reply = await stub.GetVersion(device_pb2.GetVersionRequest(), timeout=rpc_timeout)
+    except aio.AioRpcError as e:
+        raise VersionUnknown(
+            f"device daemon {path}: GetVersion failed: {e.code().name}: {e.details()}"
+        ) from e
+    finally:
+        await channel.close()
+    if reply is None:  # grpc-aio's answer to bytes that do not parse
+        raise VersionUnknown(f"device daemon {path}: GetVersion answered an unreadable reply")
+    return RuntimeVersion(
+        reply.version, reply.api_version, reply.driver_version, frozenset(reply.capabilities)
     )
 
 
