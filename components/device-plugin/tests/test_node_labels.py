@@ -16,7 +16,7 @@ from lj_runtimekit_device_plugin.kube import Publisher
 from lj_runtimekit_device_plugin.model import GIB, Device, Partition, RuntimeInfo
 from lj_runtimekit_device_plugin.nodedevices import (
     DEFAULT_LABEL_PREFIX,
-    PREFIX_ANNOTATION,
+    PREFIX_LABEL,
     label_patch,
     labels,
     owned_prefixes,
@@ -137,35 +137,37 @@ def test_a_renamed_prefix_removes_the_old_labels_and_keeps_everyone_elses(
     patch = label_patch(node, after, owned_prefixes("gpu.example.com", DEFAULT_LABEL_PREFIX))
     assert {k for k, v in patch.items() if v is None} == set(before)
     assert {k: v for k, v in patch.items() if v is not None} == after
-    # without knowing the old prefix the old labels would stay: the annotation is what knows
+    # without knowing the old prefix the old labels would stay: the record label is what knows
     assert not any(v is None for v in label_patch(node, after, ("gpu.example.com",)).values())
 
 
-def test_a_node_without_the_annotation_was_labelled_under_the_default_prefix() -> None:
+def test_a_node_without_the_record_was_labelled_under_the_default_prefix() -> None:
     assert owned_prefixes("gpu.example.com", None) == ("gpu.example.com", DEFAULT_LABEL_PREFIX)
     assert owned_prefixes(DEFAULT_LABEL_PREFIX, None) == (DEFAULT_LABEL_PREFIX,)
     assert owned_prefixes("b.example.com", "a.example.com") == ("b.example.com", "a.example.com")
 
 
 class FakeCore:
-    """The two node calls the publisher makes, over one node's labels and annotations."""
+    """The two node calls the publisher makes, over one node's labels."""
 
-    def __init__(self, labels: dict[str, str], annotations: dict[str, str]) -> None:
-        self.labels, self.annotations = labels, annotations
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
         self.patches: list[dict[str, Any]] = []
 
     async def read_node(self, name: str) -> Any:
-        meta = SimpleNamespace(labels=dict(self.labels), annotations=dict(self.annotations))
-        return SimpleNamespace(metadata=meta)
+        return SimpleNamespace(metadata=SimpleNamespace(labels=dict(self.labels), annotations={}))
 
     async def patch_node(self, name: str, body: dict[str, Any], **_: Any) -> None:
+        # the plugin's admission policy (deploy/deviceplugin/02-rbac.yaml) refuses any other
+        # change of a node than its labels: a patch with annotations would fail every write
+        assert set(body) == {"metadata"}
+        assert set(body["metadata"]) == {"labels"}, body
         self.patches.append(body)
-        for field, into in (("labels", self.labels), ("annotations", self.annotations)):
-            for k, v in body["metadata"].get(field, {}).items():
-                if v is None:
-                    into.pop(k, None)
-                else:
-                    into[k] = v
+        for k, v in body["metadata"]["labels"].items():
+            if v is None:
+                self.labels.pop(k, None)
+            else:
+                self.labels[k] = v
 
 
 class FakeCustom:
@@ -182,30 +184,39 @@ def publisher(core: FakeCore, prefix: str) -> Publisher:
     return pub
 
 
+def under(prefix: str, node: dict[str, str]) -> list[str]:
+    return sorted(k for k in node if k.startswith(prefix + "/") and k != PREFIX_LABEL)
+
+
 async def test_plugin_restarted_with_a_new_prefix_removes_the_labels_of_the_old_one(
     eight_gpus: list[Device],
 ) -> None:
     # a node labelled by a plugin that recorded no prefix (before this setting existed)
-    core = FakeCore({**labels(eight_gpus, RT), "example.org/team": "a"}, {})
+    core = FakeCore({**labels(eight_gpus, RT), "example.org/team": "a"})
     await publisher(core, "gpu.example.com").publish(eight_gpus, RT, facts(eight_gpus))
-    assert not [k for k in core.labels if k.startswith(P)]
+    assert under(DEFAULT_LABEL_PREFIX, core.labels) == []
     assert core.labels["gpu.example.com/count"] == "8"
     assert core.labels["example.org/team"] == "a"
-    assert core.annotations[PREFIX_ANNOTATION] == "gpu.example.com"
+    assert core.labels[PREFIX_LABEL] == "gpu.example.com"
     # restarted with the same prefix: nothing to write
     pub = publisher(core, "gpu.example.com")
     written = len(core.patches)
     await pub.publish(eight_gpus, RT, facts(eight_gpus))
     assert len(core.patches) == written
-    # renamed again: the annotation, not the default, says whose labels go
+    # renamed again: the recorded prefix, not the default, says whose labels go
     await publisher(core, "accel.example.net").publish(eight_gpus, RT, facts(eight_gpus))
-    assert not [k for k in core.labels if k.startswith("gpu.example.com/")]
+    assert under("gpu.example.com", core.labels) == []
     assert core.labels["accel.example.net/driver-version"] == "550.54.15"
-    assert core.annotations[PREFIX_ANNOTATION] == "accel.example.net"
+    assert core.labels[PREFIX_LABEL] == "accel.example.net"
+    # and back to the default: the record stays, everything else under the default is new
+    await publisher(core, DEFAULT_LABEL_PREFIX).publish(eight_gpus, RT, facts(eight_gpus))
+    assert under("accel.example.net", core.labels) == []
+    assert core.labels[P + "count"] == "8"
+    assert core.labels[PREFIX_LABEL] == DEFAULT_LABEL_PREFIX
 
 
 async def test_labels_are_written_only_when_they_change(eight_gpus: list[Device]) -> None:
-    core = FakeCore({}, {})
+    core = FakeCore({})
     pub = publisher(core, DEFAULT_LABEL_PREFIX)
     await pub.publish(eight_gpus, RT, facts(eight_gpus))
     await pub.publish(eight_gpus, RT, facts(eight_gpus))

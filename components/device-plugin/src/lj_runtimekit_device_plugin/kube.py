@@ -22,7 +22,7 @@ from .nodedevices import (
     DEFAULT_LABEL_PREFIX,
     GROUP,
     PLURAL,
-    PREFIX_ANNOTATION,
+    PREFIX_LABEL,
     VERSION,
     LabelFacts,
     label_patch,
@@ -73,8 +73,6 @@ class Publisher:
         self.label_prefix = label_prefix
         self._prefixes: tuple[str, ...] = (label_prefix,)
         """Prefixes whose labels are ours to remove; the old one goes once its labels are."""
-        self._annotated: str | None = None
-        """The prefix the node's annotation names (as last read or written)."""
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self._status: dict[str, Any] | None = None
@@ -101,20 +99,16 @@ class Publisher:
                 self._status = body
                 wrote = True
             new = labels(devices, runtime, facts, names=self.names, prefix=self.label_prefix)
+            new[PREFIX_LABEL] = self.label_prefix  # so that a rename finds these labels
             if self._labels is None:
                 node = await self.core.read_node(self.node)
                 self._labels = dict(node.metadata.labels or {})
-                self._annotated = (node.metadata.annotations or {}).get(PREFIX_ANNOTATION)
-                self._prefixes = owned_prefixes(self.label_prefix, self._annotated)
-            meta: dict[str, Any] = {}
-            if self._annotated != self.label_prefix:
-                # recorded with the label write, so a later rename finds (and removes) these labels
-                meta["annotations"] = {PREFIX_ANNOTATION: self.label_prefix}
+                self._prefixes = owned_prefixes(self.label_prefix, self._labels.get(PREFIX_LABEL))
             patch = label_patch(self._labels, new, self._prefixes)
-            if patch or meta:
+            if patch:
                 await self.core.patch_node(
                     self.node,
-                    {"metadata": {**meta, "labels": patch}},
+                    {"metadata": {"labels": patch}},
                     _content_type=MERGE,  # type: ignore[call-arg]
                 )
                 if len(self._prefixes) > 1:
@@ -125,7 +119,7 @@ class Publisher:
                         new=self.label_prefix,
                         removed=sorted(k for k, v in patch.items() if v is None),
                     )
-                self._prefixes, self._annotated = (self.label_prefix,), self.label_prefix
+                    self._prefixes = (self.label_prefix,)
                 self._labels = {
                     **{k: v for k, v in self._labels.items() if patch.get(k, v) is not None},
                     **{k: v for k, v in patch.items() if v is not None},

@@ -21,10 +21,11 @@ PLURAL = "nodedevices"
 #: The default prefix of the node labels (settings ``node_label_prefix`` renames it).
 DEFAULT_LABEL_PREFIX = "lj-runtimekit.aliyun.com"
 LABEL_PREFIX = DEFAULT_LABEL_PREFIX + "/"
-#: Node annotation naming the prefix the plugin last labelled the node under, so that a plugin
-#: started with another prefix finds (and removes) the labels of the old one. Its key is fixed:
-#: it must be found whatever the prefix was.
-PREFIX_ANNOTATION = "lj-runtimekit.aliyun.com/node-label-prefix"
+#: Node label naming the prefix the plugin labels the node under, so that a plugin started with
+#: another prefix finds (and removes) the labels of the old one. Its key is fixed (it must be
+#: found whatever the prefix was), and a label, not an annotation: the plugin's admission policy
+#: (deploy/deviceplugin/02-rbac.yaml) lets it change only labels under the default prefix.
+PREFIX_LABEL = DEFAULT_LABEL_PREFIX + "/node-label-prefix"
 # A label key's name part (after "<prefix>/"): 63 characters at most, alphanumeric at both ends,
 # [-_.] and alphanumerics between (Kubernetes' qualified name).
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
@@ -222,11 +223,11 @@ def _driver_labels(
     return out
 
 
-def owned_prefixes(current: str, annotated: str | None) -> tuple[str, ...]:
+def owned_prefixes(current: str, recorded: str | None) -> tuple[str, ...]:
     """The prefixes whose labels the plugin removes when it no longer writes them: the current
-    one and the one it last wrote under (the node annotation; a node labelled before the prefix
-    was recorded carries the default's)."""
-    previous = annotated or DEFAULT_LABEL_PREFIX
+    one and the one it last wrote under (the :data:`PREFIX_LABEL` it finds on the node; a node
+    labelled before the prefix was recorded carries the default's)."""
+    previous = recorded or DEFAULT_LABEL_PREFIX
     return (current,) if previous == current else (current, previous)
 
 

@@ -118,8 +118,8 @@ class Settings:
     )
     node_label_prefix: str = _doc(
         "Prefix of the node labels the plugin writes (<prefix>/model, <prefix>/count, ...; "
-        "docs/node-labels.md), a DNS subdomain the plugin alone writes under. On a rename the "
-        "labels under the old prefix are removed: the node annotation "
+        "docs/node-labels.md): a DNS subdomain of at most 63 characters that the plugin alone "
+        "writes under. On a rename the labels under the old prefix are removed: the node label "
         "lj-runtimekit.aliyun.com/node-label-prefix records the prefix last written.",
         "lj-runtimekit.aliyun.com",
     )
@@ -177,9 +177,10 @@ class Settings:
         if len(set(names)) != len(names):
             raise ConfigError(f"resource names must differ: {names}")
         prefix = self.node_label_prefix
-        if len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix):
+        # 63, not DNS's 253: the prefix is recorded as a label value (nodedevices.PREFIX_LABEL)
+        if len(prefix) > 63 or not _DNS_SUBDOMAIN.match(prefix):
             raise ConfigError(
-                f"node_label_prefix {prefix!r}: expected a DNS subdomain of at most 253 "
+                f"node_label_prefix {prefix!r}: expected a DNS subdomain of at most 63 "
                 "characters, lowercase letters, digits, '-' and '.', e.g. gpu.example.com"
             )
         for name in (
