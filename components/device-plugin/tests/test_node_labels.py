@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lj_runtimekit_device_plugin.errors import ConfigError
 from lj_runtimekit_device_plugin.kube import Publisher
 from lj_runtimekit_device_plugin.model import GIB, Device, Partition, RuntimeInfo
 from lj_runtimekit_device_plugin.nodedevices import (
@@ -23,6 +25,7 @@ from lj_runtimekit_device_plugin.nodedevices import (
 )
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import DriverFacts
+from lj_runtimekit_device_plugin.settings import load
 
 RT = RuntimeInfo("v1.14.0", "v1")
 P = DEFAULT_LABEL_PREFIX + "/"
@@ -275,3 +278,20 @@ def test_every_key_and_value_is_one_kubernetes_accepts(
         assert NAME.match(name), key
         assert len(value) <= 63, (key, value)
         assert VALUE.match(value), (key, value)
+
+
+def test_the_prefix_is_read_from_the_configmap_file(tmp_path: Path) -> None:
+    file = tmp_path / "config.yaml"
+    file.write_text("version: v1\nnode_label_prefix: gpu.example.com\n")
+    assert load([f"--config={file}"], environ={}).node_label_prefix == "gpu.example.com"
+    assert load([], environ={}).node_label_prefix == DEFAULT_LABEL_PREFIX
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["GPU.example.com", "gpu.example.com/", "-gpu.example.com", "gpu..example.com", "a" * 64, ""],
+    ids=["upper-case", "slash", "leading-dash", "empty-part", "over-63", "empty"],
+)
+def test_a_prefix_that_is_not_a_short_dns_subdomain_is_refused(prefix: str) -> None:
+    with pytest.raises(ConfigError, match="node_label_prefix"):
+        load([f"--node-label-prefix={prefix}"], environ={})
