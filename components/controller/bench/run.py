@@ -126,12 +126,26 @@ def create_nodes(core: client.CoreV1Api, n: int, labels: dict[str, str]) -> set[
     return names_
 
 
+def service_account(core: client.CoreV1Api, namespace: str) -> None:
+    """The agent Jobs' ServiceAccount, as deploy/controller/ creates it: without it the Job
+    controller creates no pod and every action ends DeadlineExceeded."""
+    meta = client.V1ObjectMeta(name=names.AGENT_SERVICE_ACCOUNT, namespace=namespace)
+    try:
+        core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=meta))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+
 def all_enabled(core: client.CoreV1Api, selector: str, n: int) -> bool:
+    """Every node enabled; a failed action ends the run (it would never come true)."""
     items = core.list_node(label_selector=selector).items
     ok = 0
     for node in items:
         ann = (node.metadata.annotations if node.metadata else None) or {}
         st = status.parse(ann.get(names.STATUS_ANNOTATION))
+        if st is not None and st.result == "failed":
+            raise SystemExit(f"node {node.metadata.name}: action {st.action} failed: {st}")
         ok += st is not None and st.action == "enable" and st.result == "succeeded"
     return ok >= n
 
@@ -141,6 +155,7 @@ async def measure(cluster: Cluster, n: int) -> list[Figure]:
     key, value = label.split("=")
     api = cluster.api_client()
     core = client.CoreV1Api(api)
+    await asyncio.to_thread(service_account, core, "kube-system")
     nodes = await asyncio.to_thread(create_nodes, core, n, {key: value})
     kubelet = StandInKubelet(cluster.api_client(), "kube-system", nodes)
     threading.Thread(target=kubelet.run, daemon=True).start()
