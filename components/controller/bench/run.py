@@ -145,7 +145,8 @@ def all_enabled(core: client.CoreV1Api, selector: str, n: int) -> bool:
         ann = (node.metadata.annotations if node.metadata else None) or {}
         st = status.parse(ann.get(names.STATUS_ANNOTATION))
         if st is not None and st.result == "failed":
-            raise SystemExit(f"node {node.metadata.name}: action {st.action} failed: {st}")
+            name = node.metadata.name if node.metadata else "?"
+            raise SystemExit(f"node {name}: action {st.action} failed: {st}")
         ok += st is not None and st.action == "enable" and st.result == "succeeded"
     return ok >= n
 
