@@ -23,15 +23,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from lj_runtimekit_controller import names, status
+from lj_runtimekit_controller import logs, names, status
 from lj_runtimekit_controller.app import Controller
 from lj_runtimekit_controller.settings import Settings
 from lj_runtimekit_testkit.bench import Figure, write
 from lj_runtimekit_testkit.cluster.handle import Cluster
 from lj_runtimekit_testkit.cluster.launcher import ControlPlane
+
+# How a watch ends other than by its timeout: an error status (e.g. 410 Gone), or the stream cut
+# mid-chunk (urllib3's ProtocolError: "Response ended prematurely"). Unhandled, either ended a
+# watcher thread for good; the stand-in kubelet's then left every later agent pod running.
+WATCH_ENDED = (ApiException, urllib3.exceptions.HTTPError)
 
 
 def _finished(job: Any) -> bool:
@@ -53,16 +59,17 @@ class Peak:
         batch = client.BatchV1Api(self.api)
         w = watch.Watch()  # type: ignore[no-untyped-call]
         while not self.stop.is_set():
-            for ev in w.stream(  # type: ignore[no-untyped-call]
-                batch.list_namespaced_job, self.namespace, timeout_seconds=2
-            ):
-                job = ev["object"]
-                name = job.metadata.name
-                if ev["type"] == "DELETED" or _finished(job):
-                    self.live.discard(name)
-                else:
-                    self.live.add(name)
-                self.peak = max(self.peak, len(self.live))
+            with contextlib.suppress(*WATCH_ENDED):  # a watch the apiserver cut: watch again
+                for ev in w.stream(  # type: ignore[no-untyped-call]
+                    batch.list_namespaced_job, self.namespace, timeout_seconds=2
+                ):
+                    job = ev["object"]
+                    name = job.metadata.name
+                    if ev["type"] == "DELETED" or _finished(job):
+                        self.live.discard(name)
+                    else:
+                        self.live.add(name)
+                    self.peak = max(self.peak, len(self.live))
 
 
 class StandInKubelet:
@@ -104,7 +111,7 @@ class StandInKubelet:
                 self._end(core, pod)
             rv = listing.metadata.resource_version if listing.metadata else None
             w = watch.Watch()  # type: ignore[no-untyped-call]
-            with contextlib.suppress(ApiException):
+            with contextlib.suppress(*WATCH_ENDED):  # list again, then watch again
                 while not self.stop.is_set():
                     for ev in w.stream(  # type: ignore[no-untyped-call]
                         core.list_namespaced_pod,
@@ -159,7 +166,8 @@ async def measure(cluster: Cluster, n: int) -> list[Figure]:
     await asyncio.to_thread(service_account, core, "kube-system")
     nodes = await asyncio.to_thread(create_nodes, core, n, {key: value})
     kubelet = StandInKubelet(cluster.api_client(), "kube-system", nodes)
-    threading.Thread(target=kubelet.run, daemon=True).start()
+    kubelet_thread = threading.Thread(target=kubelet.run, daemon=True)
+    kubelet_thread.start()
     peak = Peak(api, "kube-system")
     thread = threading.Thread(target=peak.run, daemon=True)
     thread.start()
@@ -172,6 +180,7 @@ async def measure(cluster: Cluster, n: int) -> list[Figure]:
         identity="bench",
         log_level="warning",
     )
+    logs.configure(settings.log_level)  # as app.run does: a line per Job is not a figure
     controller = Controller(settings)
     started = time.monotonic()
     task = asyncio.create_task(controller.run())
@@ -191,7 +200,10 @@ async def measure(cluster: Cluster, n: int) -> list[Figure]:
     await task
     peak.stop.set()
     kubelet.stop.set()
+    # both end within their 2 s watch timeout; joined before the control plane stops, so that
+    # the apiserver's exit does not cut their streams
     thread.join(10)
+    kubelet_thread.join(10)
     api.close()  # type: ignore[no-untyped-call]
     return [
         Figure(f"time to enable {n} labelled nodes", elapsed, "s"),
