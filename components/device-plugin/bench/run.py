@@ -106,7 +106,7 @@ async def preferred_latency(n: int, island: int, d: Path) -> list[Figure]:
 
 
 async def runtime_figures(d: Path) -> list[Figure]:
-    sim = Simulator(tempfile.mkdtemp(prefix="ljbench-"), "gpu-8x-nvlink")
+    sim = Simulator(tempfile.mkdtemp(prefix="sim-", dir=d), "gpu-8x-nvlink")
     await sim.start()
     client = RuntimeClient(str(sim.socket_dir))
     inv = Inventory()
@@ -171,10 +171,10 @@ def _record(k: int, resource: str, ids: tuple[str, ...]) -> AllocationRecord:
     )
 
 
-async def lifecycle_figures() -> list[Figure]:
-    sim = Simulator(tempfile.mkdtemp(prefix="ljbench-"), "gpu-8x-nvlink")
+async def lifecycle_figures(d: Path) -> list[Figure]:
+    sim = Simulator(tempfile.mkdtemp(prefix="sim-", dir=d), "gpu-8x-nvlink")
     await sim.start()
-    emu = KubeletEmulator("bench-node", tempfile.mkdtemp(prefix="ljbk-"))
+    emu = KubeletEmulator("bench-node", tempfile.mkdtemp(prefix="kubelet-", dir=d))
     await emu.start()
     client = RuntimeClient(str(sim.socket_dir))
     kubelet = PodResourcesClient(emu.pod_resources_socket)
@@ -259,11 +259,14 @@ async def lifecycle_figures() -> list[Figure]:
 
 
 async def main_async(out: Path) -> None:
-    d = Path(tempfile.mkdtemp(prefix="ljdpb-"))
-    figures = await preferred_latency(8, 4, d)
-    figures += await preferred_latency(16, 8, d)
-    figures += await runtime_figures(d)
-    figures += await lifecycle_figures()
+    # every socket and simulator state of the run under one directory, removed at the end
+    # (each run left three directories in /tmp)
+    with tempfile.TemporaryDirectory(prefix="ljdpb-") as tmp:
+        d = Path(tmp)
+        figures = await preferred_latency(8, 4, d)
+        figures += await preferred_latency(16, 8, d)
+        figures += await runtime_figures(d)
+        figures += await lifecycle_figures(d)
     path = write(out, "device-plugin", figures)
     for f in figures:
         print(f"{f.name:<50} {f.value:10.3f} {f.unit}")
