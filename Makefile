@@ -11,7 +11,7 @@ UV := $(VENV)/bin/uv
 PY := $(VENV)/bin/python
 BUILD := build
 BUF := $(BUILD)/tools/node/node_modules/.bin/buf
-COMPONENTS ?= device-plugin scheduler exporter controller job-agent
+COMPONENTS ?= device-plugin scheduler exporter controller job-agent operator
 REGISTRY ?= lj-runtimekit-registry.cn-hangzhou.cr.aliyuncs.com/lj-runtimekit
 NODES ?= 3
 REAL_NODES ?= 0
@@ -57,6 +57,7 @@ lint: setup buf ## ruff, mypy --strict, import-linter contracts, buf lint/breaki
 k8s-bin: ## build (first time) the test control plane, real-node binaries and Prometheus into ~/.cache/lj-runtimekit
 	tests/cluster/build-binaries.sh
 	tests/cluster/build-node-binaries.sh
+	tests/cluster/build-registry.sh >/dev/null
 	tests/monitoring_tests/build-prometheus.sh >/dev/null
 
 .PHONY: isolation
@@ -110,6 +111,17 @@ docker: generate ## build the component images, each tagged with its own version
 images: setup ## the same images with buildah, no Docker engine: OCI archives + index.json in build/images
 	REGISTRY=$(REGISTRY) COMPONENTS="$(COMPONENTS)" UV=$(UV) OUT=$(BUILD)/images $(image_versions) \
 	  PYTHON_IMAGE=$(PYTHON_IMAGE) UV_IMAGE=$(UV_IMAGE) tests/images/build-images.sh
+
+# The offline bundle's version (default: the tag every built image shares) and its helm
+# (default: helm on PATH, else the harness' pinned one).
+VERSION ?=
+HELM ?=
+
+.PHONY: bundle
+bundle: images ## offline bundle build/bundle/lj-runtimekit-k8s-package.<VERSION>.tar.gz: image installer .run, charts, SHA256SUMS, MANIFEST.json
+	helm="$(HELM)"; [[ -n $$helm ]] || helm=$$(command -v helm) || helm=$$(tests/cluster/build-binaries.sh | tail -n 1)/helm; \
+	  $(PYTHON) deploy/bundle/build-bundle.py --images $(BUILD)/images/index.json --charts deploy/helm \
+	    --out $(BUILD)/bundle --helm "$$helm" $(if $(VERSION),--version $(VERSION))
 
 .PHONY: clean
 clean: ## remove build outputs (the binary cache in ~/.cache stays)

@@ -29,8 +29,12 @@ variable "JOB_AGENT_VERSION" {
   default = lj_runtimekit_version
 }
 
+variable "OPERATOR_VERSION" {
+  default = lj_runtimekit_version
+}
+
 group "default" {
-  targets = ["device-plugin", "scheduler", "exporter", "controller", "job-agent"]
+  targets = ["device-plugin", "scheduler", "exporter", "controller", "job-agent", "operator"]
 }
 
 target "_common" {
@@ -74,4 +78,11 @@ target "job-agent" {
   dockerfile = "components/job-agent/Dockerfile"
   tags       = ["${REGISTRY}/lj-runtimekit-controller-job-agent:${JOB_AGENT_VERSION}"]
   labels     = { "org.opencontainers.image.version" = JOB_AGENT_VERSION }
+}
+
+target "operator" {
+  inherits   = ["_common"]
+  dockerfile = "components/operator/Dockerfile"
+  tags       = ["${REGISTRY}/lj-runtimekit-operator:${OPERATOR_VERSION}"]
+  labels     = { "org.opencontainers.image.version" = OPERATOR_VERSION }
 }

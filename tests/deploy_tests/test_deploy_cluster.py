@@ -313,6 +313,8 @@ def test_undeploy_keeps_the_shared_objects_and_purge_leaves_nothing_behind(
     k.deploy_all("undeploy", "--yes")
     assert set(k.resource_versions()) == {
         ("CustomResourceDefinition", "", "nodedevices.lj-runtimekit.aliyun.com"),
+        # deploy/crds/ holds the operator's CRD too: kept like the other shared objects
+        ("CustomResourceDefinition", "", "runtimekitpolicies.lj-runtimekit.aliyun.com"),
         ("RuntimeClass", "", "lj-runtime"),
     }
     assert k("get", "nodedevices", "-o", "name").stdout == "", "the nodes' inventories go"

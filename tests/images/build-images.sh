@@ -23,7 +23,7 @@ cd "$repo"
 BUILDAH=$here/buildah.sh
 export BUILDAH
 bake=docker-bake.hcl
-all_components=(device-plugin scheduler exporter controller job-agent)
+all_components=(device-plugin scheduler exporter controller job-agent operator)
 read -r -a components <<< "${COMPONENTS:-${all_components[*]}}"
 out=${OUT:-build/images}
 mkdir -p "$out"

@@ -6,17 +6,20 @@ code really makes still succeeds with the same token."""
 from __future__ import annotations
 
 import copy
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 
 from lj_runtimekit_controller import job_spec
-from lj_runtimekit_testkit.manifests import Obj
+from lj_runtimekit_controller.partition_layout import from_yaml
+from lj_runtimekit_testkit.manifests import CHART, Obj, tool_dir
 
-from .conftest import NS, Reply, Rig, eventually, ok, pod_body
+from .conftest import NS, Reply, Rig, eventually, kubectl, ok, pod_body
 
 pytestmark = pytest.mark.cluster
 
@@ -61,17 +64,49 @@ def objs(rig: Rig) -> Iterator[Objects]:
 def agent_job(rig: Rig, node: str | None = None, action: str = "enable") -> Obj:
     """The Job the controller really creates (its own job_spec), for ``node``."""
     t = job_spec.JobTemplate(image=rig.job_image)
-    m = job_spec.manifest(t, node or rig.own_node, action, 1)
+    layout = None
+    if action == "partition":
+        layout = from_yaml("mig-2", "- {devices: [0], mig: [3g.40gb]}")
+    m = job_spec.manifest(t, node or rig.own_node, action, 1, layout)
     m["metadata"]["name"] = f"{m['metadata']['name'][:40]}-{uuid.uuid4().hex[:6]}"
     return m
 
 
-def tampered(rig: Rig, change: Callable[[Obj, Obj, Obj], None]) -> Obj:
-    """An agent Job with one change made by ``change(job, pod_spec, container)``."""
-    m = copy.deepcopy(agent_job(rig))
+def tampered(rig: Rig, change: Callable[[Obj, Obj, Obj], None], action: str = "enable") -> Obj:
+    """An agent Job of ``action`` with one change made by ``change(job, pod_spec, container)``."""
+    m = copy.deepcopy(agent_job(rig, action=action))
     pod = m["spec"]["template"]["spec"]
     change(m, pod, pod["containers"][0])
     return m
+
+
+def _pod_resources_mount(container: Obj) -> Obj:
+    mounts: list[Obj] = container["volumeMounts"]
+    (m,) = (m for m in mounts if m["name"] == job_spec.POD_RESOURCES_VOLUME)
+    return m
+
+
+def _mount_pod_resources(job: Obj, pod: Obj, container: Obj) -> None:
+    """Give a Job the kubelet's pod-resources directory as a partition Job has it."""
+    partition = _own_pod("partition")
+    pod["volumes"].append(
+        next(v for v in partition["volumes"] if v["name"] == job_spec.POD_RESOURCES_VOLUME)
+    )
+    container["volumeMounts"].append(_pod_resources_mount(partition["containers"][0]))
+
+
+def _move_pod_resources(pod: Obj, container: Obj, path: str) -> None:
+    """The pod-resources volume, read-only still, at another host path (and mounted there)."""
+    (v,) = (v for v in pod["volumes"] if v["name"] == job_spec.POD_RESOURCES_VOLUME)
+    v["hostPath"]["path"] = path
+    _pod_resources_mount(container)["mountPath"] = path
+
+
+def _own_pod(action: str) -> Obj:
+    """The pod spec of the controller's own Job for ``action`` (no cluster needed)."""
+    m = job_spec.manifest(job_spec.JobTemplate(image="x"), "node", action, 1)
+    spec: Obj = m["spec"]["template"]["spec"]
+    return spec
 
 
 Request = tuple[str, str, Any] | tuple[str, str, Any, str]
@@ -378,6 +413,32 @@ ATTACKS: list[Attack] = [
             tampered(
                 r, lambda j, p, c: p["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
             ),
+        ),
+        "mounts only",
+    ),
+    Attack(
+        "controller-job-enable-reads-pod-resources",
+        "controller",
+        lambda r, o: ("POST", JOBS, tampered(r, _mount_pod_resources)),
+        "mounts only",
+    ),
+    Attack(
+        "controller-job-pod-resources-writable",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(r, lambda j, p, c: _pod_resources_mount(c).pop("readOnly"), "partition"),
+        ),
+        "mounts only",
+    ),
+    Attack(
+        "controller-job-pod-resources-kubelet-dir",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(r, lambda j, p, c: _move_pod_resources(p, c, "/var/lib/kubelet"), "partition"),
         ),
         "mounts only",
     ),
@@ -781,8 +842,11 @@ def test_controller_token_does_all_the_controller_does(rig: Rig) -> None:
         "annotate",
     )
     _ok(c("PATCH", _node(rig.own_node), {"metadata": {"annotations": {CTL_ANN: None}}}), "remove")
-    for action in ("enable", "disable"):
+    for action in ("enable", "disable", "partition"):
         job = agent_job(rig, rig.own_node, action)
+        volumes = {v["name"] for v in job["spec"]["template"]["spec"]["volumes"]}
+        # a partition Job reads the kubelet's pod-resources directory; the others never do
+        assert (job_spec.POD_RESOURCES_VOLUME in volumes) == (action == "partition"), volumes
         _ok(c("POST", JOBS, job), f"create the agent Job ({action})")
         _ok(c("GET", JOBS, None, query=[("labelSelector", "app=lj-runtimekit-job-agent")]), "list")
         q = [("labelSelector", f"job-name={job['metadata']['name']}")]
@@ -799,6 +863,11 @@ def test_controller_token_does_all_the_controller_does(rig: Rig) -> None:
         "type": "Normal",
     }
     _ok(c("POST", "/api/v1/namespaces/default/events", event), "node event")
+    layouts = [("fieldSelector", "metadata.name=lj-runtimekit-partition-layouts")]
+    cms = f"/api/v1/namespaces/{NS}/configmaps"
+    _ok(c("GET", cms, None, query=layouts), "list the partition layouts ConfigMap")
+    _ok(c("GET", cms, None, query=[*layouts, ("watch", "true"), ("timeoutSeconds", 1)]), "watch")
+    assert c("GET", cms, None).status == 403, "other ConfigMaps of the namespace stay unreadable"
     _lease_cycle(rig, "controller", "lj-runtimekit-controller")
 
 
@@ -890,3 +959,82 @@ def test_without_the_controller_deployment_nobody_else_is_refused(rig: Rig) -> N
             rig.root("POST", f"/apis/apps/v1/namespaces/{NS}/deployments", saved),
             "the Deployment back",
         )
+
+
+# ---- a renamed node-label prefix (#22 item 4): the chart widens the plugin's policy to it, and
+# only to it (docs/node-labels.md).
+
+DP_POLICY = "lj-runtimekit-device-plugin-own-node"
+RENAMED = "gpu.example.com"
+
+
+def _chart_policy(prefix: str) -> dict[str, Any]:
+    """The device plugin's admission policy as the chart renders it for ``prefix``."""
+    config = f"node_label_prefix: {prefix}\n"
+    args = [
+        str(tool_dir() / "helm"),
+        "template",
+        "lj-runtimekit",
+        str(CHART),
+        "-n",
+        "kube-system",
+        "--set-string",
+        f"devicePlugin.config={config}",
+    ]
+    out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=120).stdout
+    policies: list[dict[str, Any]] = [
+        d
+        for d in yaml.safe_load_all(out)
+        if d and d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == DP_POLICY
+    ]
+    [policy] = policies
+    return policy
+
+
+def _label_status(rig: Rig, key: str) -> int:
+    """The device plugin's token sets ``key`` on its own node; the HTTP status (422: refused by
+    the admission policy)."""
+    d = rig.as_("device-plugin")
+    body = {"metadata": {"labels": {key: "8"}}}
+    status = d("PATCH", f"/api/v1/nodes/{rig.own_node}", body).status
+    if status == 200:
+        d("PATCH", f"/api/v1/nodes/{rig.own_node}", {"metadata": {"labels": {key: None}}})
+    return status
+
+
+def test_a_renamed_label_prefix_is_admitted_once_the_chart_names_it_and_no_other(rig: Rig) -> None:
+    assert _label_status(rig, f"{RENAMED}/count") == 422, "deploy/'s policy admits the default only"
+    original = kubectl(rig.cluster, "get", "validatingadmissionpolicy", DP_POLICY, "-o", "yaml")
+    try:
+        kubectl(
+            rig.cluster,
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump(_chart_policy(RENAMED)),
+        )
+        eventually(
+            "the renamed prefix admitted", lambda: _label_status(rig, f"{RENAMED}/count") == 200
+        )
+        assert _label_status(rig, "lj-runtimekit.aliyun.com/count") == 200, (
+            "the default stays (rename)"
+        )
+        assert _label_status(rig, "other.example.com/count") == 422
+        assert _label_status(rig, f"{RENAMED}x/count") == 422, "a prefix of the prefix is not it"
+    finally:
+        restored = yaml.safe_load(original)
+        for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+            restored["metadata"].pop(key, None)
+        restored.pop("status", None)
+        kubectl(
+            rig.cluster,
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump(restored),
+        )
+        eventually("the default policy back", lambda: _label_status(rig, f"{RENAMED}/count") == 422)

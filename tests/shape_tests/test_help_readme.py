@@ -22,6 +22,7 @@ DAEMONS = {
     "device-plugin": "lj_runtimekit_device_plugin",
     "exporter": "lj_runtimekit_exporter",
     "job-agent": "lj_runtimekit_job_agent",
+    "operator": "lj_runtimekit_operator",
     "scheduler": "lj_runtimekit_scheduler",
 }
 BUILTIN = {"--help", "--version"}

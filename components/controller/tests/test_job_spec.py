@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,8 +46,9 @@ def test_agent_is_pinned_to_one_node_with_its_fixed_command_line(node: str, acti
     assert agent["env"] == [{"name": "NODE_NAME", "value": node}]
 
 
-def test_agent_host_access_is_the_two_directories_and_host_pid_only() -> None:
-    pod = _pod()
+@pytest.mark.parametrize("action", ["enable", "disable"])
+def test_agent_host_access_is_the_two_directories_and_host_pid_only(action: str) -> None:
+    pod = _pod(action=action)
     assert {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]} == {
         "containerd": "/etc/containerd",
         "runtime-sockets": "/run/amp/eKitC/xdm/sockets",
@@ -56,6 +58,7 @@ def test_agent_host_access_is_the_two_directories_and_host_pid_only() -> None:
         "containerd": "/etc/containerd",
         "runtime-sockets": "/run/amp/eKitC/xdm/sockets",
     }
+    assert not any(a.startswith("--pod-resources-socket") for a in agent["args"])
     assert pod["hostPID"] is True
     assert not pod.get("hostNetwork")
     assert not pod.get("hostIPC")
@@ -66,3 +69,25 @@ def test_agent_host_access_is_the_two_directories_and_host_pid_only() -> None:
         "readOnlyRootFilesystem": True,
     }
     assert "ports" not in agent
+
+
+@pytest.mark.parametrize(
+    ("template", "directory"),
+    [({}, "/var/lib/kubelet/pod-resources"), ({"pod_resources_dir": "/k/pr"}, "/k/pr")],
+    ids=["default", "setting"],
+)
+def test_a_partition_job_also_reads_the_kubelets_pod_resources_directory(
+    template: dict[str, Any], directory: str
+) -> None:
+    """Only partition Jobs: the agent asks the kubelet which pods hold a GPU bound to vfio-pci
+    before changing it (the Runtime allocates nothing for those); read-only, at the same path."""
+    pod = _pod(action="partition", **template)
+    assert {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]} == {
+        "containerd": "/etc/containerd",
+        "runtime-sockets": "/run/amp/eKitC/xdm/sockets",
+        "kubelet-pod-resources": directory,
+    }
+    (agent,) = pod["containers"]
+    (mount,) = (m for m in agent["volumeMounts"] if m["name"] == "kubelet-pod-resources")
+    assert mount == {"name": "kubelet-pod-resources", "mountPath": directory, "readOnly": True}
+    assert f"--pod-resources-socket={directory}/kubelet.sock" in agent["args"]

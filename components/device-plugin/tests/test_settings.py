@@ -56,4 +56,5 @@ def test_bad_config_file_is_a_clear_error(tmp_path: Path, text: str, message: st
 def test_resource_name_per_kind() -> None:
     s = load([], {"NODE_NAME": "n1"})
     assert s.resource_name("gpu-core") == "aliyun.com/gpu-core"
-    assert s.enabled == ("gpu", "gpu-core", "gpu-memory", "ppu")
+    assert s.enabled == ("gpu", "gpu-core", "gpu-memory", "ppu", "gpu-vfio")
+    assert s.resource_name("gpu-vfio") == "aliyun.com/gpu-vfio"

@@ -56,6 +56,11 @@ class FakeConfigDaemon(config_pb2_grpc.ConfigServiceServicer):
     ) -> config_pb2.SetPartitioningResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not used by the agent")
 
+    async def SetDeviceBinding(
+        self, request: config_pb2.SetDeviceBindingRequest, context: aio.ServicerContext[Any, Any]
+    ) -> config_pb2.SetDeviceBindingResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not used by enable and disable")
+
 
 @dataclass
 class Node:

@@ -200,8 +200,9 @@ def test_help_shows_the_action_and_the_exit_codes(capsys: pytest.CaptureFixture[
         agent_settings.load(["--help"], environ={})
     assert done.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "{enable,disable}" in out
+    assert "{enable,disable,partition}" in out
     assert "3 Runtime unavailable, 4 containerd config refused" in out
+    assert "7 live allocations on GPUs to change (partition), 8 layout refused" in out
     assert "--dry-run [BOOL]" in out
 
 

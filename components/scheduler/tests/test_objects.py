@@ -149,3 +149,21 @@ def test_partitioned_gpus_become_the_partitions_advertised_as_whole_gpus() -> No
         ("gpu-2-tdm-0", 80, True, "gpu-2"),  # no resource field (older plugin): aliyun.com/gpu
         ("gpu-3", 80, True, ""),
     ]
+
+
+def test_gpus_bound_to_vfio_are_not_placed_as_whole_gpus() -> None:
+    # The device plugin advertises them only as aliyun.com/gpu-vfio: a pod the scheduler put on
+    # one would be refused by the kubelet (the unit is not in aliyun.com/gpu).
+    def dev(i: int, binding: str | None) -> dict[str, object]:
+        d: dict[str, object] = {"id": f"gpu-{i}", "index": i, "memoryBytes": 80 << 30}
+        if binding is not None:
+            d["binding"] = binding
+        d["healthy"] = True
+        return d
+
+    raw = {
+        "metadata": {"name": "n"},
+        "status": {"devices": [dev(0, "DRIVER"), dev(1, "VFIO"), dev(2, None), dev(3, "OTHER")]},
+    }
+    _, devices = objects.node_devices(raw)
+    assert [d.id for d in devices] == ["gpu-0", "gpu-2"]

@@ -27,6 +27,7 @@ IMAGES = {
     "exporter": "lj-runtimekit-exporter",
     "controller": "lj-runtimekit-controller",
     "job-agent": "lj-runtimekit-controller-job-agent",
+    "operator": "lj-runtimekit-operator",
 }
 
 Obj = dict[str, Any]

@@ -8,4 +8,5 @@ pytest_plugins = [
     "lj_runtimekit_testkit.simulator.fixtures",
     "lj_runtimekit_testkit.cluster.fixtures",
     "lj_runtimekit_testkit.kubelet.fixtures",
+    "lj_runtimekit_testkit.registry",
 ]

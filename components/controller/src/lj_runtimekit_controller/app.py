@@ -121,6 +121,7 @@ class Controller:
         self.loop = ActionLoop(self.settings, kube, self.metrics)
         self._spawn("sync-nodes", self.loop.sync("nodes"))
         self._spawn("sync-jobs", self.loop.sync("jobs"))
+        self._spawn("sync-configmaps", self.loop.sync("configmaps"))
         for i in range(self.settings.concurrency):
             self._spawn(f"worker-{i}", self.loop.worker())
 

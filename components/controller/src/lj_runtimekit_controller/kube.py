@@ -82,6 +82,8 @@ def job_view(job: Obj) -> JobView | None:
         created=_epoch(meta.get("creationTimestamp")) or time.time(),
         finished=finished,
         detail=detail[:300],
+        layout=str(ann.get(names.LAYOUT_KEY, ""))[:63],
+        digest=str(ann.get(names.DIGEST_KEY, ""))[:63],
     )
 
 
@@ -153,14 +155,34 @@ class Kube:
             label_selector=names.MANAGED_SELECTOR,
         )
 
+    async def list_configmap(self, namespace: str, name: str) -> Obj:
+        """The ConfigMap ``name`` as a list of at most one (a field selector, so that RBAC can
+        grant this one object by resourceNames, and a watch can follow it)."""
+        return await self._call(
+            "list_configmaps",
+            self.core.list_namespaced_config_map,
+            namespace,
+            field_selector=f"metadata.name={name}",
+        )
+
     async def stream(
-        self, kind: str, namespace: str, rv: str, node_selector: str = ""
+        self, kind: str, namespace: str, rv: str, node_selector: str = "", name: str = ""
     ) -> AsyncIterator[tuple[str, Obj]]:
-        """Watch events of ``kind`` (``nodes`` or ``jobs``) after ``rv``; raises :class:`Gone`."""
+        """Watch events of ``kind`` (``nodes``, ``jobs``, or ``configmaps`` — the one named
+        ``name``) after ``rv``; raises :class:`Gone`."""
         await self._rate.wait()
         self._count(f"watch_{kind}")
         w = watch.Watch()
-        if kind == "nodes":
+        if kind == "configmaps":
+            gen = w.stream(
+                self.core.list_namespaced_config_map,
+                namespace,
+                field_selector=f"metadata.name={name}",
+                resource_version=rv,
+                timeout_seconds=300,
+                allow_watch_bookmarks=True,
+            )
+        elif kind == "nodes":
             gen = w.stream(
                 self.core.list_node,
                 label_selector=node_selector,

@@ -14,7 +14,11 @@ ACTION_KEY: Final = f"{PREFIX}/action"
 ATTEMPT_KEY: Final = f"{PREFIX}/attempt"
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": PREFIX, "app": "lj-runtimekit-job-agent"}
 MANAGED_SELECTOR: Final = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
-ACTIONS: Final = ("enable", "disable")
+PARTITION_STATUS_ANNOTATION: Final = f"{PREFIX}/partition-status"
+LAYOUT_KEY: Final = f"{PREFIX}/layout"
+DIGEST_KEY: Final = f"{PREFIX}/layout-digest"
+FEATURE_ACTIONS: Final = ("enable", "disable")
+ACTIONS: Final = (*FEATURE_ACTIONS, "partition")
 AGENT_CONTAINER: Final = "agent"
 """The agent Job's one container; only its termination message counts as the agent's result."""
 AGENT_SERVICE_ACCOUNT: Final = "lj-runtimekit-job-agent"

@@ -27,6 +27,9 @@ class JobView:
     finished: float | None = None
     detail: str = ""
     """The reason and message of the Job's Complete or Failed condition."""
+    layout: str = ""
+    """A partition Job: the layout it applies, and that layout's digest."""
+    digest: str = ""
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,21 @@ def _retry_text(job: JobView, policy: Policy, now: float) -> str:
     return f"try {job.attempt + 1}/{policy.retry_limit} at {at:%Y-%m-%dT%H:%M:%S%z}"
 
 
+def create_step(
+    action: str,
+    attempt: int,
+    active: int,
+    policy: Policy,
+    *,
+    replaces: JobView | None = None,
+    clear_retry: bool = False,
+) -> Step:
+    """Create the Job of ``action``, or wait while ``max_active_jobs`` are running (any action)."""
+    if active >= policy.max_active_jobs:
+        return Wait(f"{active} agent Jobs active, at the limit {policy.max_active_jobs}", 1.0)
+    return Create(action, attempt, replaces=replaces, clear_retry=clear_retry)
+
+
 def _create(
     node: NodeView,
     attempt: int,
@@ -119,9 +137,9 @@ def _create(
     replaces: JobView | None = None,
     clear_retry: bool = False,
 ) -> Step:
-    if active >= policy.max_active_jobs:
-        return Wait(f"{active} agent Jobs active, at the limit {policy.max_active_jobs}", 1.0)
-    return Create(node.desired, attempt, replaces=replaces, clear_retry=clear_retry)
+    return create_step(
+        node.desired, attempt, active, policy, replaces=replaces, clear_retry=clear_retry
+    )
 
 
 def _finished(node: NodeView, job: JobView, active: int, policy: Policy, now: float) -> Step | None:

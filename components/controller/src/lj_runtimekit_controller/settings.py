@@ -45,6 +45,7 @@ POSITIVE = (
     "kube_api_qps",
     "retry_backoff",
     "retry_backoff_max",
+    "partition_wait_interval",
     "leader_elect_lease_duration",
     "leader_elect_renew_deadline",
     "leader_elect_retry_period",
@@ -65,6 +66,18 @@ class Settings:
     label_key: str = _doc("Node label that switches Runtime Kit on.", "lj_runtimekit_enable")
     label_value: str = _doc(
         "Value of the label that means enabled; any other means disabled.", "true"
+    )
+    layout_label_key: str = _doc(
+        "Node label whose value names the node's partition layout (docs/partitioning.md); "
+        "a node without it keeps its partitioning as it is.",
+        "lj_runtimekit_partition_layout",
+    )
+    layouts_configmap: str = _doc(
+        "ConfigMap (in --namespace) of the named partition layouts.",
+        "lj-runtimekit-partition-layouts",
+    )
+    partition_wait_interval: float = _doc(
+        "Seconds between tries of a layout that waits for GPUs in use to be released.", 30.0
     )
     node_selector: str = _doc(
         "Label selector of the nodes the controller watches; empty: every node.", ""
@@ -89,6 +102,12 @@ class Settings:
     )
     containerd_dir: str = _doc(
         "containerd's config directory on the nodes (mounted).", "/etc/containerd"
+    )
+    pod_resources_dir: str = _doc(
+        "The kubelet's pod-resources directory on the nodes, mounted read-only into partition "
+        "Jobs only: the agent asks its kubelet.sock which pods hold a GPU bound to vfio-pci before "
+        "changing it. The admission policy allows this path only.",
+        "/var/lib/kubelet/pod-resources",
     )
     identity: str = _doc(
         "This replica's Lease holder identity. Default: POD_NAME (also read) or the hostname.", ""

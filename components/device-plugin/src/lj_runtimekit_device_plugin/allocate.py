@@ -1,4 +1,5 @@
-"""Allocate: the Runtime's injection for whole devices and partitions.
+"""Allocate: the Runtime's injection for whole devices and partitions; the inventory's for GPUs
+bound to vfio-pci (:mod:`vfio`: the Runtime allocates nothing on them).
 
 Shared ``gpu-core``/``gpu-memory`` need the scheduler's decision on the pod (the handshake of
 docs/contracts.md, see :mod:`assignment`); without a pod source this refuses them clearly.
@@ -13,9 +14,10 @@ from typing import Protocol
 
 import structlog
 
+from . import vfio
 from .assignment import PodView, WholeIntent, WholePending, whole_owner
 from .errors import DevicePluginError, PermanentError, TemporaryError
-from .model import Allocation, Injection
+from .model import Allocation, Device, Injection
 from .reconcile import PROVISIONAL_NAMESPACE, stale_whole
 from .resources import ResourceNames
 from .runtime import AllocationRefused, RuntimeClient, allocations, release
@@ -27,6 +29,8 @@ StaleReleaser = Callable[[list[Allocation], str], Awaitable[None]]
 """(allocations of gone containers, resource): release them, with logs and metrics."""
 InjectionCheck = Callable[[str, Injection], None]
 PodLister = Callable[[], Awaitable[list[PodView]]]
+DeviceSource = Callable[[], Sequence[Device]]
+"""The node's devices as last listed by the Runtime (the inventory)."""
 
 
 class RoomMaker(Protocol):
@@ -78,8 +82,10 @@ class Allocator:
         pods: PodLister | None = None,
         node: str = "",
         room: RoomMaker | None = None,
+        devices: DeviceSource | None = None,
     ) -> None:
         self.room = room
+        self.devices = devices or (lambda: ())
         self.pods = pods
         self.node = node
         self.release_stale = release_stale
@@ -114,7 +120,10 @@ class Allocator:
     async def _one(self, resource: str, ids: Sequence[str]) -> Injection:
         if not ids:
             return Injection()
-        if resource in (self.names.gpu_core, self.names.gpu_memory):
+        if resource == self.names.gpu_vfio:
+            injection = vfio.injection(resource, self.devices(), ids)
+            log.info("allocated_vfio", resource=resource, devices=list(ids))
+        elif resource in (self.names.gpu_core, self.names.gpu_memory):
             injection = await self.shared.allocate(resource, ids)
         else:
             injection = await self._whole(resource, sorted(set(ids)))

@@ -48,6 +48,7 @@ def names_of(s: Settings) -> ResourceNames:
         gpu_core=s.resource_gpu_core,
         gpu_memory=s.resource_gpu_memory,
         ppu=s.resource_ppu,
+        gpu_vfio=s.resource_gpu_vfio,
         enabled=frozenset(s.enabled),
         mig_strategy=s.mig_strategy,
     )
@@ -290,6 +291,7 @@ async def serve(
         pods=pods,
         node=s.node_name,
         room=reclaimer,
+        devices=lambda: inventory.view().devices,
     )
 
     def registered(resource: str) -> None:

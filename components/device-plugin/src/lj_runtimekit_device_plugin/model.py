@@ -55,6 +55,13 @@ class Device:
     healthy: bool = True
     reason: str = ""
     device_nodes: tuple[str, ...] = ()
+    binding: str = "driver"
+    """driver (the vendor's; also from a Runtime older than the field) or vfio (vfio-pci, for
+    pass-through: device_nodes are then its /dev/vfio/<IOMMU group>); unknown (a newer value)."""
+
+    @property
+    def vfio(self) -> bool:
+        return self.binding == "vfio"
 
     @property
     def memory_gib(self) -> int:

@@ -114,6 +114,7 @@ def status(
                 ],
                 "healthy": d.healthy,
                 "healthReason": d.reason,
+                "binding": d.binding.upper() if d.binding in ("driver", "vfio") else "OTHER",
             }
         )
     return {
@@ -170,6 +171,9 @@ def labels(
         "runtime-version": runtime.version,
         "nvlink-islands": "x".join(str(n) for n in sorted(islands.values(), reverse=True)),
         "sharing-mode": _sharing_mode(devices, names),
+        # GPUs bound to vfio-pci for pass-through ("0" also from a Runtime older than bindings:
+        # all its devices are on the vendor's driver)
+        "vfio.count": str(sum(d.vfio for d in devices)),
         **_profile_counts(devices),
     }
     if facts is not None:

@@ -2,8 +2,9 @@
 
 As NVIDIA's plugin does: one plugin per resource name, each on its own socket in the kubelet's
 directory; when ``kubelet.sock`` is recreated (a kubelet restart removes our sockets too) every
-plugin is restarted and registered again, without restarting the process. Sockets are removed
-on exit.
+plugin is restarted and registered again, without restarting the process. A resource that
+appears or disappears while the plugin runs (GPUs bound to or from vfio-pci, the last device of a
+kind gone) starts or stops its own plugin alone. Sockets are removed on exit.
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ class PluginHost:
     def resources(self) -> list[str]:
         return sorted(advertise(self.inventory.view().devices, self.names))
 
+    def serving(self) -> list[str]:
+        """The resources whose plugins serve now, sorted as :meth:`resources`."""
+        return sorted(self._servers)
+
     def registration_state(self) -> dict[str, bool]:
         """Each resource this host serves: registered with the kubelet now or not."""
         return {r: r in self.registered for r in self._servers}
@@ -89,22 +94,45 @@ class PluginHost:
         """Serve every resource's socket, then register each with the kubelet."""
         await self.stop()
         for resource in self.resources():
-            path = os.path.join(self.plugin_dir, socket_name(resource))
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            plugin = DevicePlugin(
-                resource,
-                self.inventory,
-                self.names,
-                self.allocator,
-                self.observe,
-                intent=self.intent,
-            )
-            server = create_server(sockets.unix_target(path), plugin)
-            await server.start()
-            self._servers[resource] = server
-            self._plugins[resource] = plugin
-            await self._register(resource)
+            await self._start_one(resource)
+
+    async def converge(self, resources: list[str]) -> None:
+        """Serve and register the resources that appeared, stop those that are gone; the others
+        keep their sockets and streams (binding one GPU to vfio-pci must not make the kubelet
+        see every other resource's plugin drop and come back)."""
+        for resource in sorted(set(self._servers) - set(resources)):
+            await self._stop_one(resource)
+            log.info("resource_withdrawn", resource=resource)
+        for resource in resources:
+            if resource not in self._servers:
+                await self._start_one(resource)
+
+    async def _start_one(self, resource: str) -> None:
+        path = os.path.join(self.plugin_dir, socket_name(resource))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        plugin = DevicePlugin(
+            resource,
+            self.inventory,
+            self.names,
+            self.allocator,
+            self.observe,
+            intent=self.intent,
+        )
+        server = create_server(sockets.unix_target(path), plugin)
+        await server.start()
+        self._servers[resource] = server
+        self._plugins[resource] = plugin
+        await self._register(resource)
+
+    async def _stop_one(self, resource: str) -> None:
+        server = self._servers.pop(resource)
+        self._plugins.pop(resource, None)
+        await server.stop(grace=1.0)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.plugin_dir, socket_name(resource)))
+        self.registered.discard(resource)
+        self.unregistered.pop(resource, None)
 
     async def _register(self, resource: str) -> bool:
         plugin = self._plugins[resource]
@@ -136,20 +164,17 @@ class PluginHost:
                 await self._register(resource)
 
     async def stop(self) -> None:
-        for resource, server in self._servers.items():
-            await server.stop(grace=1.0)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.plugin_dir, socket_name(resource)))
-        self._servers.clear()
-        self._plugins.clear()
-        self.registered.clear()
-        self.unregistered.clear()
+        for resource in list(self._servers):
+            await self._stop_one(resource)
 
     async def run(self, poll_s: float = 0.2) -> None:
-        """Start; restart all plugins when kubelet.sock is recreated or resources change."""
+        """Start; restart all plugins when kubelet.sock is recreated; start or stop single
+        plugins when resources appear or disappear (a GPU bound to or from vfio-pci)."""
         seen = _identity(self.kubelet_socket)
         await self.start()
-        wanted = self.resources()
+        # what start() served, not a fresh look: a resource that appeared while it registered
+        # (a GPU bound to vfio-pci meanwhile) is then a change, seen at the next poll
+        wanted = self.serving()
         loop = asyncio.get_running_loop()
         retry_at = loop.time()
         try:
@@ -159,7 +184,14 @@ class PluginHost:
                 resources = self.resources()
                 if now != seen and now is not None:
                     log.info("kubelet_restarted", kubelet_socket=self.kubelet_socket)
-                elif resources == wanted and (now is None or self.registered or self.unregistered):
+                elif resources != wanted:
+                    log.info("resources_changed", before=wanted, after=resources)
+                    seen, wanted = now, resources
+                    if now is not None:  # else all start when the kubelet is back
+                        await self.converge(resources)
+                        wanted = self.serving()
+                    continue
+                elif now is None or self.registered or self.unregistered:
                     seen = now
                     # a refusal while others registered: no kubelet restart would come to retry it
                     if now is not None and self.unregistered and loop.time() >= retry_at:
@@ -171,6 +203,7 @@ class PluginHost:
                 self._failures = 0
                 if now is not None:
                     await self.start()
+                    wanted = self.serving()
                     retry_at = loop.time() + backoff_s(1)
         finally:
             await self.stop()

@@ -6,7 +6,11 @@ plugin and of the Runtime:
 - whole GPU / PPU: the device id (``gpu-3``); a MIG instance (strategy single) or a TDM slice:
   the partition id;
 - gpu-core: ``<device id>::core-<n>``, n = 0..99 (100 per GPU);
-- gpu-memory: ``<device id>::mem-<n>``, one per GiB of the device.
+- gpu-memory: ``<device id>::mem-<n>``, one per GiB of the device;
+- gpu-vfio: the device id of a GPU bound to vfio-pci. Such a GPU is passed through whole to a VM
+  and the Runtime allocates nothing on it: it is never a gpu, gpu-core or gpu-memory unit. A
+  device bound to a driver this build does not know (a newer Runtime's value) is advertised
+  under no resource.
 
 A unit is healthy exactly when its device (and partition) is healthy.
 """
@@ -42,7 +46,8 @@ class ResourceNames:
     gpu_core: str = "aliyun.com/gpu-core"
     gpu_memory: str = "aliyun.com/gpu-memory"
     ppu: str = "alibabacloud.com/ppu"
-    enabled: frozenset[str] = frozenset({"gpu", "gpu-core", "gpu-memory", "ppu"})
+    gpu_vfio: str = "aliyun.com/gpu-vfio"
+    enabled: frozenset[str] = frozenset({"gpu", "gpu-core", "gpu-memory", "ppu", "gpu-vfio"})
     mig_strategy: str = "single"
 
 
@@ -60,6 +65,10 @@ def _profile_resource(base: str, profile: str) -> str:
 
 def _whole_units(d: Device, names: ResourceNames) -> dict[str, list[Unit]]:
     out: dict[str, list[Unit]] = {}
+    if d.binding != "driver":
+        if d.vfio and d.kind == "gpu" and "gpu-vfio" in names.enabled:
+            out[names.gpu_vfio] = [Unit(d.id, d.healthy, d.id, d.numa_node)]
+        return out
     if d.kind == "ppu":
         if "ppu" in names.enabled:
             out[names.ppu] = [Unit(d.id, d.healthy, d.id, d.numa_node)]
@@ -87,8 +96,9 @@ def _whole_units(d: Device, names: ResourceNames) -> dict[str, list[Unit]]:
 
 
 def _shared_units(d: Device, names: ResourceNames) -> dict[str, list[Unit]]:
-    # Shares are of an unpartitioned GPU only: a MIG/TDM GPU is already divided by the Runtime.
-    if d.kind != "gpu" or d.partition_mode in ("mig", "tdm"):
+    # Shares are of an unpartitioned GPU only: a MIG/TDM GPU is already divided by the Runtime,
+    # and a vfio-bound one belongs whole to a VM.
+    if d.kind != "gpu" or d.partition_mode in ("mig", "tdm") or d.binding != "driver":
         return {}
     out: dict[str, list[Unit]] = {}
     if "gpu-core" in names.enabled:

@@ -78,6 +78,7 @@ _enum = enum_name
 def device_from_proto(d: device_pb2.Device) -> Device:
     """One Runtime device as domain data; unknown enum numbers read as ``unknown``."""
     mode = _enum(device_pb2.PartitionMode, d.partition_mode, "PARTITION_MODE_")
+    binding = _enum(device_pb2.DeviceBinding, d.binding, "DEVICE_BINDING_")
     return Device(
         id=d.id,
         uuid=d.uuid,
@@ -109,6 +110,8 @@ def device_from_proto(d: device_pb2.Device) -> Device:
         healthy=d.health.state != device_pb2.HEALTH_STATE_UNHEALTHY,
         reason=d.health.reason,
         device_nodes=tuple(d.device_nodes),
+        # unset: a Runtime older than the field, whose devices are all on the vendor's driver
+        binding="driver" if binding == "unspecified" else binding,
     )
 
 

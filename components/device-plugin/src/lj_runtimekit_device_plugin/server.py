@@ -83,8 +83,9 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
         self.names = names
         self.allocator = allocator
         self.observe = observe or (lambda *_: None)
-        self.intent = intent
-        self.whole = resource in (names.gpu, names.ppu) or "-mig-" in resource
+        # the scheduler places no vfio GPU: topology alone prefers among them
+        self.intent = None if resource == names.gpu_vfio else intent
+        self.whole = resource in (names.gpu, names.ppu, names.gpu_vfio) or "-mig-" in resource
 
     async def GetDevicePluginOptions(
         self, request: api_pb2.Empty, context: grpc.aio.ServicerContext[object, object]

@@ -23,7 +23,7 @@ from .errors import ConfigError
 
 PROG = "lj-runtimekit-device-plugin"
 ENV_PREFIX = "LJ_RUNTIMEKIT_DEVICE_PLUGIN_"
-RESOURCE_KINDS = ("gpu", "gpu-core", "gpu-memory", "ppu")
+RESOURCE_KINDS = ("gpu", "gpu-core", "gpu-memory", "ppu", "gpu-vfio")
 MIG_STRATEGIES = ("single", "mixed", "none")
 PODS_SOURCES = ("kubelet", "apiserver")
 #: Spellings of v1.13, kept until v1.15 with a warning (guide §4.1).
@@ -51,9 +51,9 @@ class Settings:
         sockets.DEVICE_PLUGIN_DIR,
     )
     resources: str = _doc(
-        "Comma-separated resource kinds to advertise, of gpu, gpu-core, gpu-memory, ppu. A kind "
-        "with no device on the node advertises nothing.",
-        "gpu,gpu-core,gpu-memory,ppu",
+        "Comma-separated resource kinds to advertise, of gpu, gpu-core, gpu-memory, ppu, "
+        "gpu-vfio. A kind with no device on the node advertises nothing.",
+        "gpu,gpu-core,gpu-memory,ppu,gpu-vfio",
     )
     resource_gpu: str = _doc("Extended resource name of whole GPUs.", "aliyun.com/gpu")
     resource_gpu_core: str = _doc(
@@ -64,6 +64,11 @@ class Settings:
         "aliyun.com/gpu-memory",
     )
     resource_ppu: str = _doc("Extended resource name of whole PPUs.", "alibabacloud.com/ppu")
+    resource_gpu_vfio: str = _doc(
+        "Extended resource name of whole GPUs bound to vfio-pci, for pass-through to a VM "
+        "(docs/vfio.md); they are never advertised under the other GPU resources.",
+        "aliyun.com/gpu-vfio",
+    )
     mig_strategy: str = _doc(
         "How MIG partitions are advertised: `single` (folded into the whole-GPU resource), "
         "`mixed` (one resource per profile, <gpu resource>-mig-<profile>) or `none` (a MIG GPU "

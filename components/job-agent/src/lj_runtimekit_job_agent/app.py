@@ -8,13 +8,23 @@ import json
 import posixpath
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from . import __version__, annotation_patterns, cri, host, lifecycle, logs, result, versions
+from . import (
+    __version__,
+    annotation_patterns,
+    cri,
+    host,
+    lifecycle,
+    logs,
+    partitioning,
+    result,
+    versions,
+)
 from . import containerd_config as cc
 from .containerd_config import MalformedConfig
 from .errors import ConfigError, JobAgentError, PermanentError
@@ -34,6 +44,12 @@ class RuntimeTooOld(PermanentError):
 
 
 def _exit_code(error: JobAgentError) -> tuple[int, str]:
+    if isinstance(error, partitioning.LayoutRefused):
+        return result.EXIT_LAYOUT_REFUSED, "LayoutRefused"
+    if isinstance(error, partitioning.AllocationsLive):
+        return result.EXIT_BUSY, "AllocationsLive"
+    if isinstance(error, partitioning.PartitioningFailed):
+        return result.EXIT_FAILED, "PartitioningFailed"
     if isinstance(error, RuntimeTooOld):
         return result.EXIT_RUNTIME_TOO_OLD, "RuntimeTooOld"
     if isinstance(error, HandlerNotLoaded):
@@ -153,10 +169,12 @@ async def _confirm_loaded(settings: Settings, want: bool) -> None:
     )
 
 
-async def _check_runtime(settings: Settings, state: FeatureState, known: dict[str, Any]) -> None:
+async def _check_runtime(
+    settings: Settings, state: FeatureState, known: dict[str, Any], wanted: Collection[str]
+) -> None:
     """Ask the Runtime's version (GetVersion) before acting, note it in ``known`` (the result
-    carries it whatever happens next), and refuse to enable under a Runtime older than a feature
-    to switch on needs: :class:`RuntimeTooOld`, before anything on the node changes."""
+    carries it whatever happens next), and refuse an action under a Runtime older than a feature
+    it needs (``wanted``): :class:`RuntimeTooOld`, before anything on the node changes."""
     try:
         got = await get_version(settings.socket_dir, settings.rpc_timeout)
     except VersionUnknown as e:
@@ -171,7 +189,7 @@ async def _check_runtime(settings: Settings, state: FeatureState, known: dict[st
         version, driver = got.version or state.runtime_version, got.driver_version
     known.update(runtime_version=version, driver_version=driver)
     log.info("runtime_version", runtime_version=version, driver_version=driver or "unknown")
-    if settings.action != "enable":
+    if not wanted:
         return  # switching off needs no feature
     if versions.parse(version) is None:
         log.warning(
@@ -179,7 +197,7 @@ async def _check_runtime(settings: Settings, state: FeatureState, known: dict[st
             runtime_version=version,
             effect="no feature minimum checked (guide §4.1: v{major}.{feature}.{iteration})",
         )
-    missing = versions.unmet(version, state.features, versions.FEATURE_MINIMUM)
+    missing = versions.unmet(version, wanted, versions.FEATURE_MINIMUM)
     if missing:
         raise RuntimeTooOld(versions.refusal(version, missing))
 
@@ -188,6 +206,8 @@ async def act(settings: Settings, known: dict[str, Any] | None = None) -> result
     """Run the action; errors surface as :class:`JobAgentError`. ``known`` gets the facts
     learnt on the way (the Runtime's version), for a result of an action that fails later."""
     known = {} if known is None else known
+    if settings.action == "partition":
+        return await _partition(settings, known)
     annotation_patterns.check(settings.annotation_patterns)
     enable = settings.action == "enable"
     changes, handler = _plan(settings)  # before any change: a malformed config stops everything
@@ -206,7 +226,7 @@ async def act(settings: Settings, known: dict[str, Any] | None = None) -> result
     }
     async with ConfigDaemon(settings.socket_dir, settings.rpc_timeout) as daemon:
         state = await daemon.state()
-        await _check_runtime(settings, state, known)
+        await _check_runtime(settings, state, known, list(state.features) if enable else ())
         facts.update(known)
         if settings.dry_run:
             for change in changes:
@@ -244,6 +264,18 @@ async def act(settings: Settings, known: dict[str, Any] | None = None) -> result
         return _outcome(settings, False, "RuntimeStateMismatch", message, **facts)
     reason = "Done" if runtime_changed or changes or restart else "AlreadyDone"
     return _outcome(settings, True, reason, _summary(settings, **facts), **facts)
+
+
+async def _partition(settings: Settings, known: dict[str, Any]) -> result.Result:
+    """Converge the node's GPUs to ``--layout`` (:mod:`.partitioning`); containerd's config and
+    the Runtime's features are not touched."""
+    layout = partitioning.read_layout(settings.layout)  # no layout: refused before any call
+    known.update(layout=layout.name, layout_digest=layout.digest())
+    async with ConfigDaemon(settings.socket_dir, settings.rpc_timeout) as daemon:
+        state = await daemon.state()
+        await _check_runtime(settings, state, known, partitioning.features(layout))
+        reason, message = await partitioning.converge(settings, layout, daemon, known)
+    return _outcome(settings, True, reason, message, **known)
 
 
 def _summary(settings: Settings, dry: bool = False, **facts: Any) -> str:
@@ -340,6 +372,10 @@ async def _until_signal(settings: Settings, tasks: lifecycle.Tasks) -> int:
     message = (
         "stopped by a signal before the action finished; files are whole, and the next run "
         "finishes it (restarting containerd if an edit is not loaded yet)"
+        if settings.action != "partition"
+        # each GPU changes by whole Runtime calls; the next run skips the GPUs already done
+        else "stopped by a signal before the layout was reached; the next run continues from "
+        "the GPUs not yet as it says"
     )
     result.write(settings.termination_log, _outcome(settings, False, "Interrupted", message))
     log.error("action_interrupted", action=settings.action, exit_code=result.EXIT_INTERRUPTED)
@@ -349,8 +385,9 @@ async def _until_signal(settings: Settings, tasks: lifecycle.Tasks) -> int:
 def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
     """The action's exit code (result.py): 0 done, 1 failed, 2 bad settings, 3 Runtime
     unavailable, 4 containerd config refused, 5 containerd not back or the handler not loaded,
-    6 the Runtime older than a feature to enable needs, 130 stopped by a signal (a second
-    signal: 130 at once)."""
+    6 the Runtime older than a feature the action needs, 7 live allocations on GPUs to change
+    (partition), 8 layout refused (partition), 130 stopped by a signal (a second signal: 130 at
+    once)."""
     logs.configure(
         settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
     )

@@ -18,6 +18,12 @@ EXIT_CONFIG_REFUSED: Final = 4
 EXIT_CONTAINERD_NOT_BACK: Final = 5
 #: The node's Runtime is older than a feature the action switches on needs (guide §5.3, §6).
 EXIT_RUNTIME_TOO_OLD: Final = 6
+#: partition: live allocations hold GPUs that must change (waited for, still held), or the
+#: Runtime refused a change for one; nothing more was changed.
+EXIT_BUSY: Final = 7
+#: partition: the layout does not fit this node (a GPU it lacks, a mode or memory the GPU does
+#: not have, vfio-pci without SetDeviceBinding), or is no layout; nothing was changed.
+EXIT_LAYOUT_REFUSED: Final = 8
 #: Stopped by SIGTERM/SIGINT (128 + SIGINT), the code every daemon of the suite uses for a signal
 #: that ends it before its work is done.
 EXIT_INTERRUPTED: Final = 130
@@ -49,16 +55,46 @@ class Result:
     """The Runtime's version (DeviceService.GetVersion; else ConfigService's), asked first."""
     driver_version: str = ""
     """The driver stack's version as the Runtime reports it; empty from a Runtime before v1.14."""
+    layout: str = ""
+    """partition: the layout's name."""
+    layout_digest: str = ""
+    """partition: the layout's content hash (Layout.digest)."""
+    devices_changed: tuple[str, ...] = ()
+    """partition: the GPUs this run changed, by id."""
+    blocked_by: tuple[str, ...] = ()
+    """partition, exit 7: ``gpu-0 by ns/pod/container (allocation id)`` per blocking allocation."""
     time: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     def to_json(self) -> str:
-        """Compact JSON, cut to fit the kubelet's 4096-byte termination message limit."""
+        """Compact JSON, cut to fit the kubelet's 4096-byte termination message limit: the
+        message first (down to a short head), then the longest list, each cut list ending with
+        how many items it left out."""
         data = asdict(self)
-        text = json.dumps(data, separators=(",", ":"), sort_keys=True)
-        while len(text.encode()) > MAX_MESSAGE and data["message"]:
-            data["message"] = data["message"][: len(data["message"]) // 2] + "…"
-            text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+        dropped = dict.fromkeys(_LISTS, 0)
+        text = _dumps(data)
+        while len(text.encode()) > MAX_MESSAGE:
+            cuttable = [k for k in _LISTS if any(not i.startswith("… ") for i in data[k])]
+            if len(data["message"]) > _MESSAGE_HEAD or not cuttable:
+                if not data["message"]:
+                    break  # nothing left to cut
+                data["message"] = data["message"][: len(data["message"]) // 2] + "…"
+            else:
+                longest = max(cuttable, key=lambda k: len(_dumps(data[k])))
+                items = [i for i in data[longest] if not i.startswith("… ")]
+                keep = len(items) // 2
+                dropped[longest] += len(items) - keep
+                data[longest] = [*items[:keep], f"… {dropped[longest]} more"]
+            text = _dumps(data)
         return text
+
+
+#: The list fields :meth:`Result.to_json` may cut, and the message length it cuts to first.
+_LISTS = ("containerd_files", "devices_changed", "blocked_by")
+_MESSAGE_HEAD = 512
+
+
+def _dumps(data: object) -> str:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
 def write(path: str, result: Result) -> None:

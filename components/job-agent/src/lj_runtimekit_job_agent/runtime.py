@@ -1,5 +1,6 @@
 """The only module that talks to the Runtime: its ConfigService on ``config-daemon.sock``, and
-DeviceService.GetVersion on ``device-daemon.sock`` (which Runtime, which driver)."""
+DeviceService on ``device-daemon.sock`` (GetVersion: which Runtime, which driver; ListDevices and
+ListAllocations for the ``partition`` action), converted to plain data (:mod:`.gpus`) here."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from lj_runtimekit_interface.runtime.v1 import (
     device_pb2_grpc,
 )
 
-from . import runtime_channel
+from . import gpus, runtime_channel
 from .errors import PermanentError, TemporaryError
 
 
@@ -28,6 +29,14 @@ class RuntimeUnavailable(TemporaryError):
 
 class RuntimeRefused(PermanentError):
     """The config daemon answered with an error that retrying will not fix."""
+
+
+class RuntimeBusy(RuntimeRefused):
+    """The Runtime refused a change with FAILED_PRECONDITION (a live allocation on the device)."""
+
+
+class MethodMissing(RuntimeRefused):
+    """The Runtime answered UNIMPLEMENTED: it is older than the method."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,16 @@ async def get_version(socket_dir: str, rpc_timeout: float) -> RuntimeVersion:
     )
 
 
+def _error(code: grpc.StatusCode, text: str) -> Exception:
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return RuntimeUnavailable(text)
+    if code is grpc.StatusCode.FAILED_PRECONDITION:
+        return RuntimeBusy(text)
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        return MethodMissing(text)
+    return RuntimeRefused(text)
+
+
 class ConfigDaemon:
     """A client of ConfigService; ``async with`` opens and closes its channel."""
 
@@ -116,9 +135,7 @@ class ConfigDaemon:
     def _error(self, method: str, e: aio.AioRpcError) -> Exception:
         code = e.code()
         text = f"config daemon {self.path}: {method} failed: {code.name}: {e.details()}"
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            return RuntimeUnavailable(text)
-        return RuntimeRefused(text)
+        return _error(code, text)
 
     async def state(self) -> FeatureState:
         try:
@@ -140,3 +157,147 @@ class ConfigDaemon:
         except aio.AioRpcError as e:
             raise self._error("SetFeatures", e) from e
         return reply.changed, _state(reply.state)
+
+    async def set_partitioning(
+        self,
+        device_id: str,
+        mode: str,
+        profiles: tuple[str, ...] = (),
+        slices: tuple[int, ...] = (),
+    ) -> tuple[str, ...]:
+        """SetPartitioning of one device: ``mig`` profiles, ``tdm`` slice percents, or neither
+        (``whole``: partitioning removed); returns the resulting partition ids. Idempotent."""
+        request = config_pb2.SetPartitioningRequest(device_id=device_id)
+        if mode == "mig":
+            request.mig.CopyFrom(config_pb2.MigSpec(profiles=list(profiles)))
+        elif mode == "tdm":
+            request.tdm.CopyFrom(config_pb2.TdmSpec(slice_percents=list(slices)))
+        try:
+            reply = await self._stub().SetPartitioning(
+                request, timeout=self.timeout, wait_for_ready=True
+            )
+        except aio.AioRpcError as e:
+            raise self._error("SetPartitioning", e) from e
+        return tuple(reply.partition_ids)
+
+    async def set_binding(self, device_id: str, binding: str) -> bool:
+        """SetDeviceBinding of one device to ``driver`` or ``vfio``; whether it changed."""
+        wanted = (
+            device_pb2.DEVICE_BINDING_VFIO
+            if binding == gpus.VFIO
+            else device_pb2.DEVICE_BINDING_DRIVER
+        )
+        try:
+            reply = await self._stub().SetDeviceBinding(
+                config_pb2.SetDeviceBindingRequest(device_id=device_id, binding=wanted),
+                timeout=self.timeout,
+                wait_for_ready=True,
+            )
+        except aio.AioRpcError as e:
+            raise self._error("SetDeviceBinding", e) from e
+        return reply.changed
+
+    async def has_set_device_binding(self) -> bool:
+        """Whether the Runtime has SetDeviceBinding, asked with a request the interface refuses
+        (binding UNSPECIFIED: INVALID_ARGUMENT) so that nothing changes: only a Runtime without
+        the method answers UNIMPLEMENTED."""
+        try:
+            await self._stub().SetDeviceBinding(
+                config_pb2.SetDeviceBindingRequest(
+                    device_id="", binding=device_pb2.DEVICE_BINDING_UNSPECIFIED
+                ),
+                timeout=self.timeout,
+                wait_for_ready=True,
+            )
+        except aio.AioRpcError as e:
+            error = self._error("SetDeviceBinding", e)
+            if isinstance(error, MethodMissing):
+                return False
+            if isinstance(error, RuntimeUnavailable):
+                raise error from e
+        return True
+
+
+def _gpu(d: device_pb2.Device) -> gpus.Gpu:
+    binding = runtime_channel.enum_name(device_pb2.DeviceBinding, d.binding, "DEVICE_BINDING_")
+    mode = runtime_channel.enum_name(device_pb2.PartitionMode, d.partition_mode, "PARTITION_MODE_")
+    if mode == "unspecified" and not d.partitions:
+        mode = "none"
+    supported = (
+        runtime_channel.enum_name(device_pb2.PartitionMode, m, "PARTITION_MODE_")
+        for m in d.supported_partition_modes
+    )
+    return gpus.Gpu(
+        id=d.id,
+        index=d.index,
+        memory_bytes=d.memory_bytes,
+        # UNSPECIFIED: a Runtime older than Device.binding, whose devices are the driver's
+        binding=gpus.DRIVER if binding == "unspecified" else binding,
+        mode=mode,
+        profiles=tuple(p.profile for p in d.partitions) if mode == "mig" else (),
+        slices=tuple(p.time_percent for p in d.partitions) if mode == "tdm" else (),
+        partition_ids=tuple(p.id for p in d.partitions),
+        supported_modes=frozenset(m for m in supported if m in ("mig", "tdm")),
+    )
+
+
+class DeviceDaemon:
+    """A client of DeviceService for ListDevices and ListAllocations; ``async with``."""
+
+    def __init__(self, socket_dir: str, timeout: float) -> None:
+        self.path = runtime_channel.socket_path(socket_dir, sockets.DEVICE_SOCKET)
+        self.timeout = timeout
+        self._channel: aio.Channel | None = None
+        self._stub: device_pb2_grpc.DeviceServiceAsyncStub | None = None
+
+    async def __aenter__(self) -> DeviceDaemon:
+        if not await asyncio.to_thread(os.path.exists, self.path):
+            raise RuntimeUnavailable(
+                f"Runtime socket {self.path} not found: is the Runtime's device daemon running "
+                "on this node, and is its socket directory mounted into the agent's pod?"
+            )
+        self._channel = runtime_channel.open_channel(self.path)
+        self._stub = device_pb2_grpc.DeviceServiceStub(self._channel)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+
+    def _device(self) -> device_pb2_grpc.DeviceServiceAsyncStub:
+        assert self._stub is not None, "use DeviceDaemon with async with"
+        return self._stub
+
+    def _error(self, method: str, e: aio.AioRpcError) -> Exception:
+        code = e.code()
+        return _error(
+            code, f"device daemon {self.path}: {method} failed: {code.name}: {e.details()}"
+        )
+
+    async def list_gpus(self) -> list[gpus.Gpu]:
+        """The node's GPUs (devices of kind GPU), by index."""
+        try:
+            reply = await self._device().ListDevices(
+                device_pb2.ListDevicesRequest(), timeout=self.timeout, wait_for_ready=True
+            )
+        except aio.AioRpcError as e:
+            raise self._error("ListDevices", e) from e
+        if reply is None:  # grpc-aio's answer to bytes that do not parse
+            raise RuntimeRefused(f"device daemon {self.path}: ListDevices answered garbage")
+        found = [_gpu(d) for d in reply.devices if d.kind == device_pb2.DEVICE_KIND_GPU]
+        return sorted(found, key=lambda g: g.index)
+
+    async def list_holdings(self) -> list[gpus.Holding]:
+        """The node's live allocations."""
+        try:
+            reply = await self._device().ListAllocations(
+                device_pb2.ListAllocationsRequest(), timeout=self.timeout, wait_for_ready=True
+            )
+        except aio.AioRpcError as e:
+            raise self._error("ListAllocations", e) from e
+        if reply is None:
+            raise RuntimeRefused(f"device daemon {self.path}: ListAllocations answered garbage")
+        return [
+            gpus.Holding(a.id, a.pod.namespace, a.pod.name, a.container, tuple(a.device_ids))
+            for a in reply.allocations
+        ]

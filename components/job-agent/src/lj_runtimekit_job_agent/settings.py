@@ -1,9 +1,9 @@
 """Settings of the job agent: flag > environment > ConfigMap file > default.
 
-The action is a positional argument (``enable`` or ``disable``); every other field is one flag
-``--host-root``, one environment variable ``LJ_RUNTIMEKIT_JOB_AGENT_HOST_ROOT`` and one key
-``host_root`` of an optional ConfigMap file (``--config``): the shared shape of :mod:`.cli` and
-:mod:`.config` (docs/shape.md). The controller passes them in the Job's args
+The action is a positional argument (``enable``, ``disable`` or ``partition``); every other field
+is one flag ``--host-root``, one environment variable ``LJ_RUNTIMEKIT_JOB_AGENT_HOST_ROOT`` and
+one key ``host_root`` of an optional ConfigMap file (``--config``): the shared shape of
+:mod:`.cli` and :mod:`.config` (docs/shape.md). The controller passes them in the Job's args
 (``<action> --node-name=<node> --socket-dir=<dir> <its --job-agent-args>``, pinned by its
 admission policy), so every v1.13 spelling of those args keeps its meaning. This is the only
 module that reads the environment.
@@ -28,7 +28,7 @@ from .errors import ConfigError
 
 PROG = "lj-runtimekit-job-agent"
 ENV_PREFIX = "LJ_RUNTIMEKIT_JOB_AGENT_"
-ACTIONS = ("enable", "disable")
+ACTIONS = ("enable", "disable", "partition")
 LOG_LEVELS = cli.LOG_LEVELS
 LOG_FORMATS = cli.LOG_FORMATS
 SYSTEMD_CGROUP = ("auto", "true", "false")
@@ -44,7 +44,7 @@ _doc = cli.setting
 class Settings:
     """The effective configuration, fixed at start."""
 
-    action: str = _doc("enable or disable (positional).", "enable", choices=ACTIONS)
+    action: str = _doc("enable, disable or partition (positional).", "enable", choices=ACTIONS)
     node_name: str = _doc("This node's name, for the result. Default: NODE_NAME or hostname.", "")
     socket_dir: str = _doc("Directory of the Runtime's sockets.", sockets.DEFAULT_SOCKET_DIR)
     host_root: str = _doc(
@@ -103,6 +103,29 @@ class Settings:
         "Where the JSON result goes (the pod's terminationMessagePath). Empty: nowhere.",
         "/dev/termination-log",
     )
+    layout: str = _doc(
+        "partition only (and required there): the partition layout to converge this node's GPUs "
+        "to, as the controller writes it (the canonical JSON of docs/partitioning.md's layout).",
+        "",
+    )
+    wait_for_release: float = _doc(
+        "partition only: seconds to wait, polling every 2 s, for live allocations on GPUs that "
+        "must change to end before giving up with exit 7 (AllocationsLive); 0: do not wait.",
+        60.0,
+    )
+    vfio_resource: str = _doc(
+        "partition only: the extended resource under which the device plugin gives GPUs bound to "
+        "vfio-pci to pods (VMs), as its resource_gpu_vfio. Before changing a vfio-bound GPU the "
+        "agent asks the kubelet which pods hold it under this resource: the Runtime makes no "
+        "allocation for them.",
+        "aliyun.com/gpu-vfio",
+    )
+    pod_resources_socket: str = _doc(
+        "partition only: the kubelet's pod-resources socket, as the agent sees it (the controller "
+        "mounts its directory into partition Jobs). Asked only when a GPU bound to vfio-pci must "
+        "change; unreachable then: exit 7, that GPU is not changed.",
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+    )
     dry_run: bool = _doc(
         "Print the diff that would be applied; change nothing (--dry-run alone means true).",
         False,
@@ -129,6 +152,20 @@ class Settings:
             )
         if self.restart_marker and not self.restart_marker.startswith("/"):
             raise ConfigError(f"restart_marker {self.restart_marker!r}: expected a host path")
+        if not self.pod_resources_socket.startswith("/"):
+            raise ConfigError(
+                f"pod_resources_socket {self.pod_resources_socket!r}: expected an absolute path"
+            )
+        if not self.vfio_resource:
+            raise ConfigError("vfio_resource is empty: expected the vfio GPUs' resource name")
+        if self.action == "partition" and not self.layout:
+            raise ConfigError("action partition needs --layout (the layout's JSON)")
+        if self.action != "partition" and self.layout:
+            raise ConfigError(f"--layout is for the partition action only, not {self.action}")
+        if not (self.wait_for_release >= 0 and math.isfinite(self.wait_for_release)):
+            raise ConfigError(
+                f"wait_for_release {self.wait_for_release}: expected 0 or a positive finite number"
+            )
         for name in ("restart_timeout", "rpc_timeout"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):  # inf: wait forever
@@ -154,10 +191,13 @@ def parser() -> argparse.ArgumentParser:
     p = cli.parser(
         PROG,
         "Enables or disables Runtime Kit on this node: the Runtime's config daemon and "
-        "containerd's lj-runtime handler. Runs once, as the controller's Job.\n\nExit codes: 0 "
-        "done, 1 failed, 2 usage or bad settings, 3 Runtime unavailable, 4 containerd config "
-        "refused, 5 containerd not back after restart (or the handler not loaded by it), 130 "
-        "stopped by a signal.",
+        "containerd's lj-runtime handler; or (partition) converges the node's GPUs to a "
+        "partition layout through the Runtime. Runs once, as the controller's Job.\n\nExit "
+        "codes: 0 done, 1 failed, 2 usage or bad settings, 3 Runtime unavailable, 4 containerd "
+        "config refused, 5 containerd not back after restart (or the handler not loaded by it), "
+        "6 the Runtime older than a feature needs, 7 live allocations on GPUs to change "
+        "(partition), 8 layout refused for this node's hardware (partition), 130 stopped by a "
+        "signal.",
         FIELDS.values(),
         env_prefix=ENV_PREFIX,
         version=__version__,

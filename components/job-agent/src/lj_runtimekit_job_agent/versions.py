@@ -28,6 +28,8 @@ FEATURE_MINIMUM: Final[Mapping[str, str]] = {
     "monitoring": "v1.13.0",
     "mig": "v1.13.0",
     "tdm": "v1.13.0",
+    # SetPartitioning is in the v1.13.0 interface; the partition action asks for it.
+    "partitioning": "v1.13.0",
 }
 
 

@@ -186,7 +186,9 @@ def node_devices(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> tuple[str, 
 
     A MIG- or TDM-partitioned GPU is not a whole GPU: it becomes its partitions that the device
     plugin advertises as whole ``aliyun.com/gpu`` units (MIG strategy single, TDM slices).
-    Partitions advertised under another resource (MIG strategy mixed) are not ours to place.
+    Partitions advertised under another resource (MIG strategy mixed) and GPUs bound to vfio-pci
+    (``binding`` other than DRIVER; absent from an older device plugin means DRIVER) are not ours
+    to place.
     """
     node_name = (raw.get("spec") or {}).get("nodeName") or raw["metadata"]["name"]
     devices: list[Device] = []
@@ -196,6 +198,10 @@ def node_devices(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> tuple[str, 
         if not isinstance(d.get("id"), str) or d["id"] in seen:
             continue
         seen.add(d["id"])
+        if d.get("binding", "DRIVER") != "DRIVER":
+            # Bound to vfio-pci (or a binding newer than this scheduler): the device plugin
+            # advertises it under its own resource, never as aliyun.com/gpu; not ours to place.
+            continue
         dev = Device(
             id=d["id"],
             kind=d.get("kind", "GPU"),

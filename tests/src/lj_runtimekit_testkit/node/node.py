@@ -535,11 +535,16 @@ class RealNode:
 
 
 def _inventory_device_nodes(inventory: str) -> list[str]:
+    from lj_runtimekit_testkit.simulator.inventory import VFIO_CONTROL_NODE, Kind
     from lj_runtimekit_testkit.simulator.inventory_file import load_inventory
 
     inv = load_inventory(inventory)
     paths = [p for d in inv.devices for p in d.device_nodes]
-    return list(dict.fromkeys([*paths, *inv.control_device_nodes]))
+    # A GPU may be bound to vfio-pci while the node runs (SetDeviceBinding): its IOMMU group's
+    # node and the vfio container must exist then, or a pod given them cannot start.
+    gpus = [d for d in inv.devices if d.kind is Kind.GPU]
+    vfio = [f"/dev/vfio/{d.group}" for d in gpus] + ([VFIO_CONTROL_NODE] if gpus else [])
+    return list(dict.fromkeys([*paths, *inv.control_device_nodes, *vfio]))
 
 
 def _api(control_plane: ControlPlane) -> client.ApiClient:

@@ -103,6 +103,7 @@ class ControlServer:
                         "reason": d.health.reason,
                         "mode": d.mode.value,
                         "partitions": [p.id for p in d.partitions],
+                        "binding": d.binding.value,
                     }
                     for d in sim.devices()
                 },

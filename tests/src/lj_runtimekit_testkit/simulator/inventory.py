@@ -57,6 +57,19 @@ class Mode(Enum):
     TDM = "tdm"
 
 
+class Binding(Enum):
+    """The host driver a device is bound to: the vendor's, or vfio-pci for pass-through."""
+
+    DRIVER = "driver"
+    VFIO = "vfio"
+
+
+#: A device's IOMMU group when the inventory names none: a stable number from its index, offset
+#: so that a client that confuses the two (``/dev/vfio/<index>``) is caught by the tests.
+IOMMU_GROUP_BASE = 16
+VFIO_CONTROL_NODE = "/dev/vfio/vfio"
+
+
 @dataclass(frozen=True)
 class Link:
     peer_id: str
@@ -100,6 +113,21 @@ class Device:
     partitions: tuple[Partition, ...] = ()
     health: Health = Health()
     compute_capability: str = ""
+    binding: Binding = Binding.DRIVER
+    iommu_group: int = -1
+    """-1: IOMMU_GROUP_BASE + index (see :attr:`group`)."""
+
+    @property
+    def group(self) -> int:
+        return self.iommu_group if self.iommu_group >= 0 else IOMMU_GROUP_BASE + self.index
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The device nodes the Runtime reports: the driver's, or the IOMMU group's under vfio
+        (the vendor's nodes vanish when vfio-pci takes the device)."""
+        if self.binding is Binding.VFIO:
+            return (f"/dev/vfio/{self.group}",)
+        return self.device_nodes
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import yaml
 from lj_runtimekit_testkit.simulator.inventory import (
     DEFAULT_DRIVER_VERSION,
     GIB,
+    Binding,
     Device,
     Health,
     Inventory,
@@ -33,7 +34,7 @@ from lj_runtimekit_testkit.simulator.inventory import (
 
 #: Points at a folder of inventories instead of ``tests/inventories/``.
 INVENTORY_DIR_ENV = "LJ_RUNTIME_SIM_INVENTORY_DIR"
-E = TypeVar("E", Kind, LinkKind, Mode)
+E = TypeVar("E", Kind, LinkKind, Mode, Binding)
 _TOP_KEYS = {
     "version",
     "node",
@@ -62,6 +63,8 @@ _DEVICE_KEYS = {
     "partitioning",
     "health",
     "compute_capability",
+    "binding",
+    "iommu_group",
 }
 _DEFAULT_NODES = {
     Kind.GPU: "/dev/nvidia{i}",
@@ -166,6 +169,12 @@ def _device(raw: Mapping[str, Any], position: int, node: str, where: str) -> Dev
             f"{where}.partitioning: {mode.value} takes "
             f"{'profiles' if mode is Mode.MIG else 'slices'}"
         )
+    binding = _enum(Binding, raw.get("binding", "driver"), f"{where}.binding")
+    if binding is Binding.VFIO and mode is not Mode.NONE:
+        raise InventoryError(
+            f"{where}.binding: a vfio-bound device is passed through whole; "
+            f"it cannot be in {mode.value} mode"
+        )
     memory_bytes = int(memory * GIB)
     health = _mapping(raw.get("health", {}), f"{where}.health", {"healthy", "reason"})
     nodes = raw.get("device_nodes")
@@ -200,16 +209,29 @@ def _device(raw: Mapping[str, Any], position: int, node: str, where: str) -> Dev
             f"{where}.compute_capability",
             empty=True,
         ),
+        binding=binding,
+        # -1: derived from the index (Device.group)
+        iommu_group=_int(raw["iommu_group"], f"{where}.iommu_group", minimum=0)
+        if "iommu_group" in raw
+        else -1,
     )
 
 
 def _check_unique(devices: list[Device], source: str) -> None:
-    for attr in ("id", "uuid", "index", "pci_bus_id"):
+    # One device per IOMMU group: vfio-pci passes a whole group, so two devices in one could
+    # not be bound one at a time.
+    for attr, key in (
+        ("id", "id"),
+        ("uuid", "uuid"),
+        ("index", "index"),
+        ("pci_bus_id", "pci_bus_id"),
+        ("group", "iommu_group"),
+    ):
         seen: set[object] = set()
         for d in devices:
             value = getattr(d, attr)
             if value in seen:
-                raise InventoryError(f"{source}: devices: {attr} {value!r} is used twice")
+                raise InventoryError(f"{source}: devices: {key} {value!r} is used twice")
             seen.add(value)
     part_ids = [p.id for d in devices for p in d.partitions]
     clash = set(part_ids) & {d.id for d in devices}

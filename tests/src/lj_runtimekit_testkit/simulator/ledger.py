@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from lj_runtimekit_testkit.simulator.inventory import Device, Inventory, Kind, Partition
+from lj_runtimekit_testkit.simulator.inventory import Binding, Device, Inventory, Kind, Partition
 
 ANNOTATION_PREFIX = "xdm.amp.com"
 #: Extended resource → the device kind it draws from, and whether it is a shared (fractional) one.
@@ -85,7 +85,8 @@ class Ledger:
 
     Rules: a whole device (or partition) belongs to one allocation; shared allocations on one
     device sum to at most 100 % of its compute and at most its memory; a partitioned GPU is
-    allocated only through its partitions; unhealthy devices take no new allocations.
+    allocated only through its partitions; unhealthy devices and devices bound to vfio-pci take no
+    new allocations.
     """
 
     inventory: Inventory
@@ -230,6 +231,12 @@ class Ledger:
                 f"unknown device id {dev_id!r} on node {self.node}; known: {sorted(devices)}",
             )
         device, part = target
+        if device.binding is Binding.VFIO:
+            raise RuntimeRefusal(
+                Refusal.PRECONDITION,
+                f"{dev_id} is bound to vfio-pci (passed through to a VM): the Runtime allocates "
+                "nothing on it; bind it to the driver first",
+            )
         if device.kind is not kind:
             raise RuntimeRefusal(
                 Refusal.INVALID,

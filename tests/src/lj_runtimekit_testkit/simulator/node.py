@@ -1,7 +1,8 @@
-"""The simulated node's live state: devices with health and partitioning, allocations, features.
+"""The simulated node's live state: devices (health, partitioning, binding), allocations, features.
 
-Changes are published to watchers as ``(event type, devices)``; features and partitioning are
-kept in an optional JSON state file so that a restarted simulator comes back as it was left.
+Changes are published to watchers as ``(event type, devices)``; features, partitioning, bindings
+and allocations are kept in an optional JSON state file so that a restarted simulator comes back
+as it was left.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import structlog
 
 from lj_runtimekit_testkit.simulator.inventory import (
+    Binding,
     Device,
     Health,
     Inventory,
@@ -140,6 +142,12 @@ class NodeState:
             raise RuntimeRefusal(
                 Refusal.NOT_FOUND, f"unknown device {device_id!r}; known: {sorted(self.devices)}"
             )
+        if dev.binding is Binding.VFIO:
+            raise RuntimeRefusal(
+                Refusal.PRECONDITION,
+                f"{device_id} is bound to vfio-pci (passed through whole): "
+                "bind it to the driver before partitioning it",
+            )
         if mode is not Mode.NONE and mode not in dev.supports:
             raise RuntimeRefusal(
                 Refusal.PRECONDITION,
@@ -169,6 +177,45 @@ class NodeState:
             self.publish("PARTITIONS_CHANGED", (new,))
             self._save_state()
         return new
+
+    def set_binding(self, device_id: str, binding: Binding) -> tuple[Device, bool]:
+        """Bind a whole, idle device to the driver or to vfio-pci; (device, changed).
+
+        Raises RuntimeRefusal: unknown device, or to vfio while partitioned or allocated (a
+        pass-through takes the whole device away from the Runtime)."""
+        dev = self.devices.get(device_id)
+        if dev is None:
+            raise RuntimeRefusal(
+                Refusal.NOT_FOUND, f"unknown device {device_id!r}; known: {sorted(self.devices)}"
+            )
+        if dev.binding is binding:
+            return dev, False
+        if binding is Binding.VFIO:
+            if dev.mode is not Mode.NONE:
+                raise RuntimeRefusal(
+                    Refusal.PRECONDITION,
+                    f"{device_id} is in {dev.mode.value} mode: only a whole device can be bound "
+                    "to vfio-pci; set its partitioning to none first",
+                )
+            busy = self.ledger.on_device(device_id)
+            if busy:
+                raise RuntimeRefusal(
+                    Refusal.PRECONDITION,
+                    f"{device_id} has live allocations {[a.id for a in busy]}; release them "
+                    "before binding it to vfio-pci",
+                )
+        new = replace(dev, binding=binding)
+        self.devices[device_id] = new
+        log.info(
+            "binding_changed",
+            node=self.node,
+            device=device_id,
+            binding=binding.value,
+            device_nodes=list(new.nodes),
+        )
+        self.publish("PARTITIONS_CHANGED", (new,))
+        self._save_state()
+        return new, True
 
     def allocate(self, req: Request) -> Allocation:
         alloc = self.ledger.allocate(req, self.devices)
@@ -220,6 +267,7 @@ class NodeState:
                 }
                 for d in self.devices.values()
             },
+            "binding": {d.id: d.binding.value for d in self.devices.values()},
         }
         tmp = self.state_file.with_suffix(self.state_file.suffix + ".tmp")
         # A Runtime owns its state directory: the first save makes it.
@@ -247,6 +295,11 @@ class NodeState:
                         dev_id, dev.memory_bytes, dev.compute_units, mode, spec["specs"]
                     )
                     self.devices[dev_id] = replace(dev, mode=mode, partitions=parts)
+            # absent from a state file written before bindings were modelled
+            for dev_id, value in doc.get("binding", {}).items():
+                dev = self.devices.get(dev_id)
+                if dev is not None:
+                    self.devices[dev_id] = replace(dev, binding=Binding(value))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise InventoryError(
                 f"state file {self.state_file} is unreadable: {e}; "

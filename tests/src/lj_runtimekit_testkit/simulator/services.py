@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -22,10 +22,10 @@ from lj_runtimekit_interface.runtime.v1 import device_pb2_grpc as dgrpc
 from lj_runtimekit_interface.runtime.v1 import monitor_pb2 as mpb
 from lj_runtimekit_interface.runtime.v1 import monitor_pb2_grpc as mgrpc
 from lj_runtimekit_testkit.simulator import metrics
-from lj_runtimekit_testkit.simulator.inventory import Mode
+from lj_runtimekit_testkit.simulator.inventory import Device, Mode
 from lj_runtimekit_testkit.simulator.ledger import PodRef, Refusal, RuntimeRefusal
 from lj_runtimekit_testkit.simulator.node import NodeState
-from lj_runtimekit_testkit.simulator.wire import allocation_pb, device_pb, request_from_pb
+from lj_runtimekit_testkit.simulator.wire import BINDINGS, allocation_pb, device_pb, request_from_pb
 
 Context = grpc.aio.ServicerContext[Any, Any]
 API_VERSION = "v1"
@@ -40,8 +40,10 @@ METHODS = {
         "UpdateAllocationOwner",
     ),
     "MonitorService": ("GetDeviceMetrics", "GetAllocationUsage"),
-    "ConfigService": ("GetFeatureState", "SetFeatures", "SetPartitioning"),
+    "ConfigService": ("GetFeatureState", "SetFeatures", "SetPartitioning", "SetDeviceBinding"),
 }
+#: A Runtime without this method predates Device.binding too: it leaves the field unset.
+SET_DEVICE_BINDING = "ConfigService.SetDeviceBinding"
 ALL_METHODS = tuple(f"{s}.{m}" for s, ms in METHODS.items() for m in ms)
 FEATURE_CAPABILITIES = ("mig", "tdm", "sharing")
 DEFAULT_CAPABILITIES = ALL_METHODS + FEATURE_CAPABILITIES
@@ -51,6 +53,7 @@ _CODES = {
     Refusal.PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
     Refusal.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
 }
+_BINDING_OF = {v: k for k, v in BINDINGS.items()}
 _EVENTS = {
     "ADDED": pb.DEVICE_EVENT_TYPE_ADDED,
     "REMOVED": pb.DEVICE_EVENT_TYPE_REMOVED,
@@ -76,6 +79,11 @@ class Faults:
     capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
     failures: dict[str, tuple[grpc.StatusCode | None, float]] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def knows_binding(self) -> bool:
+        """Whether this Runtime is new enough to report Device.binding."""
+        return SET_DEVICE_BINDING in self.capabilities
 
     async def enter(self, method: str, context: Context) -> None:
         self.calls[method] = self.calls.get(method, 0) + 1
@@ -105,6 +113,9 @@ class DeviceService(dgrpc.DeviceServiceServicer):
     def __init__(self, node: NodeState, faults: Faults) -> None:
         self.node, self.faults = node, faults
 
+    def _devices(self, devices: Iterable[Device]) -> list[pb.Device]:
+        return [device_pb(d, binding=self.faults.knows_binding) for d in devices]
+
     async def GetVersion(
         self, request: pb.GetVersionRequest, context: Context
     ) -> pb.GetVersionResponse:
@@ -120,7 +131,7 @@ class DeviceService(dgrpc.DeviceServiceServicer):
         self, request: pb.ListDevicesRequest, context: Context
     ) -> pb.ListDevicesResponse:
         await self.faults.enter("DeviceService.ListDevices", context)
-        return pb.ListDevicesResponse(devices=[device_pb(d) for d in self.node.devices.values()])
+        return pb.ListDevicesResponse(devices=self._devices(self.node.devices.values()))
 
     async def WatchDevices(
         self, request: pb.WatchDevicesRequest, context: Context
@@ -130,11 +141,11 @@ class DeviceService(dgrpc.DeviceServiceServicer):
         try:
             yield pb.WatchDevicesResponse(
                 type=pb.DEVICE_EVENT_TYPE_SNAPSHOT,
-                devices=[device_pb(d) for d in self.node.devices.values()],
+                devices=self._devices(self.node.devices.values()),
             )
             while (event := await queue.get()) is not None:
                 yield pb.WatchDevicesResponse(
-                    type=_EVENTS[event.kind], devices=[device_pb(d) for d in event.devices]
+                    type=_EVENTS[event.kind], devices=self._devices(event.devices)
                 )
             await context.abort(grpc.StatusCode.UNAVAILABLE, "Runtime is shutting down")
         finally:
@@ -280,3 +291,20 @@ class ConfigService(cgrpc.ConfigServiceServicer):
         return cpb.SetPartitioningResponse(
             device_id=dev.id, partition_ids=[p.id for p in dev.partitions]
         )
+
+    async def SetDeviceBinding(
+        self, request: cpb.SetDeviceBindingRequest, context: Context
+    ) -> cpb.SetDeviceBindingResponse:
+        await self.faults.enter(SET_DEVICE_BINDING, context)
+        wanted = _BINDING_OF.get(request.binding)
+        try:
+            if wanted is None:
+                raise RuntimeRefusal(
+                    Refusal.INVALID,
+                    f"{request.device_id}: binding {request.binding} is not one of "
+                    "DEVICE_BINDING_DRIVER, DEVICE_BINDING_VFIO",
+                )
+            dev, changed = self.node.set_binding(request.device_id, wanted)
+        except RuntimeRefusal as e:
+            await _refused(context, e)
+        return cpb.SetDeviceBindingResponse(device=device_pb(dev), changed=changed)

@@ -13,7 +13,7 @@ from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.runtime.v1 import config_pb2_grpc as cgrpc
 from lj_runtimekit_interface.runtime.v1 import device_pb2_grpc as dgrpc
 from lj_runtimekit_interface.runtime.v1 import monitor_pb2_grpc as mgrpc
-from lj_runtimekit_testkit.simulator.inventory import Device, Inventory
+from lj_runtimekit_testkit.simulator.inventory import Binding, Device, Inventory
 from lj_runtimekit_testkit.simulator.inventory_file import load_inventory
 from lj_runtimekit_testkit.simulator.ledger import Allocation
 from lj_runtimekit_testkit.simulator.node import NodeState
@@ -172,6 +172,10 @@ class Simulator:
 
     def devices(self) -> list[Device]:
         return list(self.node.devices.values())
+
+    def set_binding(self, device_id: str, binding: Binding) -> Device:
+        """Bind a device as SetDeviceBinding does (RuntimeRefusal when it may not be)."""
+        return self.node.set_binding(device_id, binding)[0]
 
     def add_device(self, device: Device) -> None:
         self.node.add_device(device)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lj_runtimekit_interface.runtime.v1 import device_pb2 as pb
 from lj_runtimekit_testkit.simulator.inventory import (
+    Binding,
     Device,
     Health,
     Kind,
@@ -31,6 +32,11 @@ _MODES = {
     Mode.TDM: pb.PARTITION_MODE_TDM,
 }
 
+BINDINGS = {
+    Binding.DRIVER: pb.DEVICE_BINDING_DRIVER,
+    Binding.VFIO: pb.DEVICE_BINDING_VFIO,
+}
+
 
 def health_pb(health: Health) -> pb.Health:
     state = pb.HEALTH_STATE_HEALTHY if health.healthy else pb.HEALTH_STATE_UNHEALTHY
@@ -48,7 +54,9 @@ def partition_pb(part: Partition) -> pb.Partition:
     )
 
 
-def device_pb(device: Device) -> pb.Device:
+def device_pb(device: Device, *, binding: bool = True) -> pb.Device:
+    """The device as ListDevices shows it; ``binding=False``: as a Runtime older than
+    Device.binding does (the field left unset)."""
     return pb.Device(
         id=device.id,
         uuid=device.uuid,
@@ -72,9 +80,10 @@ def device_pb(device: Device) -> pb.Device:
         partition_mode=_MODES[device.mode],
         partitions=[partition_pb(p) for p in device.partitions],
         health=health_pb(device.health),
-        device_nodes=list(device.device_nodes),
+        device_nodes=list(device.nodes),
         compute_capability=device.compute_capability,
         supported_partition_modes=[_MODES[m] for m in (Mode.MIG, Mode.TDM) if m in device.supports],
+        binding=BINDINGS[device.binding] if binding else pb.DEVICE_BINDING_UNSPECIFIED,
     )
 
 

@@ -1,0 +1,199 @@
+"""The node's ResourceSlices: what the scheduler sees of the Runtime's devices under DRA."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lj_runtimekit_device_plugin.dra_slices import (
+    NodeFacts,
+    device_names,
+    resource_slices,
+    semver,
+)
+from lj_runtimekit_device_plugin.model import Device, Link
+
+FACTS = NodeFacts(
+    node="gpu-node-0",
+    generation=3,
+    node_uid="5b0d4e1a-0000-4000-8000-00000000aaaa",
+    driver_version="535.104.05",
+    runtime_version="v1.13.0",
+    compute_capability={f"gpu-{i}": "8.0" for i in range(8)},
+)
+
+
+def test_golden_eight_gpus_in_two_nvlink_islands(eight_gpus: list[Device]) -> None:
+    devices = list(eight_gpus)
+    devices[5] = Device(**{**devices[5].__dict__, "healthy": False, "reason": "XidError79"})
+    (rs,) = resource_slices(devices, FACTS)
+    assert rs["apiVersion"] == "resource.k8s.io/v1"
+    assert rs["kind"] == "ResourceSlice"
+    assert rs["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": "gpu-node-0",
+            "uid": "5b0d4e1a-0000-4000-8000-00000000aaaa",
+            "controller": True,
+        }
+    ]
+    spec = rs["spec"]
+    assert spec["driver"] == "lj-runtimekit.aliyun.com"
+    assert spec["nodeName"] == "gpu-node-0"
+    assert spec["pool"] == {"name": "gpu-node-0", "generation": 3, "resourceSliceCount": 1}
+    assert [d["name"] for d in spec["devices"]] == [f"gpu-{i}" for i in range(8)]
+    assert spec["devices"][2] == {
+        "name": "gpu-2",
+        "attributes": {
+            "type": {"string": "gpu"},
+            "index": {"int": 2},
+            "runtimeDeviceID": {"string": "gpu-2"},
+            "uuid": {"string": "GPU-0002"},
+            "model": {"string": "A100"},
+            "partitionMode": {"string": "none"},
+            "numaNode": {"int": 0},
+            "nvlinkIsland": {"int": 0},
+            "pcieSwitch": {"int": 1},
+            "computeCapability": {"version": "8.0.0"},
+            "driverVersion": {"version": "535.104.5"},
+            "runtimeVersion": {"version": "1.13.0"},
+        },
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+    islands = [d["attributes"]["nvlinkIsland"]["int"] for d in spec["devices"]]
+    assert islands == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert spec["devices"][5]["taints"] == [
+        {"key": "lj-runtimekit.aliyun.com/unhealthy", "value": "XidError79", "effect": "NoSchedule"}
+    ]
+    assert all("taints" not in d for i, d in enumerate(spec["devices"]) if i != 5)
+
+
+def test_recovery_clears_the_taint(eight_gpus: list[Device]) -> None:
+    devices = eight_gpus
+    sick = [Device(**{**devices[0].__dict__, "healthy": False, "reason": "bad reason: spaces"})]
+    (rs,) = resource_slices(sick, FACTS)
+    # the reason is no label value, so the taint carries none
+    assert rs["spec"]["devices"][0]["taints"] == [
+        {"key": "lj-runtimekit.aliyun.com/unhealthy", "effect": "NoSchedule"}
+    ]
+    (rs,) = resource_slices(devices[:1], FACTS)
+    assert "taints" not in rs["spec"]["devices"][0]
+
+
+def test_vfio_and_other_kinds_are_not_published_and_no_devices_no_slices() -> None:
+    devices = [Device(id="gpu-0", binding="vfio"), Device(id="x-0", kind="other")]
+    assert resource_slices(devices, FACTS) == []
+
+
+def test_large_pools_are_split_and_counted() -> None:
+    devices = [Device(id=f"gpu-{i}", index=i) for i in range(200)]
+    slices = resource_slices(devices, FACTS)
+    assert [len(s["spec"]["devices"]) for s in slices] == [128, 72]
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {2}
+    devices[0] = Device(id="gpu-0", healthy=False)
+    slices = resource_slices(devices, FACTS)
+    assert [len(s["spec"]["devices"]) for s in slices] == [64, 64, 64, 8]
+    assert len({s["metadata"]["name"] for s in slices}) == 4
+
+
+def test_semver() -> None:
+    assert semver("9.0") == "9.0.0"
+    assert semver("v1.13.0") == "1.13.0"
+    assert semver("1.2.3-rc.1") == "1.2.3-rc.1"
+    assert semver("535.104.05") == "535.104.5"
+    assert semver("latest") is None
+
+
+# --- the API's validation rules, written from the resource.k8s.io/v1 reference ---------------
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}\Z")
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
+SEMVER = re.compile(
+    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?"
+    r"(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?\Z"
+)
+QUANTITY = re.compile(r"\d+(Ki|Mi|Gi|Ti|Pi|Ei)?\Z")
+
+
+def assert_valid(rs: dict[str, Any]) -> None:
+    name = rs["metadata"]["name"]
+    assert len(name) <= 253
+    assert DNS_SUBDOMAIN.match(name)
+    spec = rs["spec"]
+    assert len(spec["driver"]) <= 63
+    assert DNS_SUBDOMAIN.match(spec["driver"])
+    assert len(spec["pool"]["name"]) <= 253
+    assert spec["pool"]["generation"] >= 0
+    devices = spec["devices"]
+    tainted = any("taints" in d for d in devices)
+    assert 1 <= len(devices) <= (64 if tainted else 128)
+    for d in devices:
+        assert DNS_LABEL.match(d["name"]), d["name"]
+        attrs, caps = d.get("attributes", {}), d.get("capacity", {})
+        assert len(attrs) + len(caps) <= 32
+        for key, value in attrs.items():
+            assert C_IDENTIFIER.match(key)
+            ((kind, v),) = value.items()
+            if kind == "string":
+                assert len(v) <= 64
+            elif kind == "version":
+                assert len(v) <= 64
+                assert SEMVER.match(v), v
+            else:
+                assert kind in ("int", "bool")
+        for key, value in caps.items():
+            assert C_IDENTIFIER.match(key)
+            assert QUANTITY.match(value["value"])
+        assert len(d.get("taints", [])) <= 4
+        for taint in d.get("taints", []):
+            assert taint["effect"] in ("NoSchedule", "NoExecute", "None")
+            assert LABEL_VALUE.match(taint.get("value", ""))
+
+
+@st.composite
+def inventories(draw: st.DrawFn) -> list[Device]:
+    n = draw(st.integers(min_value=0, max_value=140))
+    ids = draw(st.lists(st.text(min_size=1, max_size=80), min_size=n, max_size=n, unique=True))
+    devices = []
+    for i, dev_id in enumerate(ids):
+        peer = ids[draw(st.integers(0, n - 1))]
+        devices.append(
+            Device(
+                id=dev_id,
+                uuid=draw(st.text(max_size=70)),
+                index=i,
+                kind=draw(st.sampled_from(["gpu", "ppu", "other"])),
+                model=draw(st.text(max_size=70)),
+                memory_bytes=draw(st.integers(0, 1 << 44)),
+                numa_node=draw(st.integers(-1, 3)),
+                links=(Link(peer, draw(st.sampled_from(["nvlink", "pcie_switch"]))),),
+                healthy=draw(st.booleans()),
+                reason=draw(st.text(max_size=70)),
+                binding=draw(st.sampled_from(["driver", "vfio"])),
+            )
+        )
+    return devices
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    devices=inventories(),
+    node=st.from_regex(DNS_SUBDOMAIN, fullmatch=True).filter(lambda s: len(s) <= 253),
+    version=st.text(max_size=80),
+)
+def test_every_slice_is_valid(devices: list[Device], node: str, version: str) -> None:
+    facts = NodeFacts(node=node, driver_version=version, runtime_version=version)
+    slices = resource_slices(devices, facts)
+    for rs in slices:
+        assert_valid(rs)
+    published = [d for d in devices if d.kind in ("gpu", "ppu") and d.binding == "driver"]
+    names = [d["name"] for rs in slices for d in rs["spec"]["devices"]]
+    assert len(names) == len(published)
+    assert len(set(names)) == len(names)
+    assert len({rs["metadata"]["name"] for rs in slices}) == len(slices)
+    assert names == [device_names(published)[d.id] for d in published]

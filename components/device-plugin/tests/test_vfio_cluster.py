@@ -1,0 +1,149 @@
+"""The whole device plugin on an emulated node of the real apiserver while 2 of its 8 GPUs are
+bound to vfio-pci and back: the node's allocatable, its vfio.count label and its NodeDevices
+object (the CRD's schema keeps each device's binding) follow (issue 22, item 2)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as sync_client
+from kubernetes.client.exceptions import ApiException
+
+from lj_runtimekit_device_plugin.app import serve
+from lj_runtimekit_device_plugin.nodedevices import DEFAULT_LABEL_PREFIX, GROUP, PLURAL, VERSION
+from lj_runtimekit_device_plugin.settings import load
+from lj_runtimekit_interface.runtime.v1 import config_pb2 as cpb
+from lj_runtimekit_interface.runtime.v1 import device_pb2 as pb
+from lj_runtimekit_testkit.simulator.clients import runtime_clients
+
+pytestmark = pytest.mark.cluster
+
+CRD = Path(__file__).parents[3] / "deploy" / "crds" / "nodedevices.lj-runtimekit.aliyun.com.yaml"
+OLD = DEFAULT_LABEL_PREFIX
+
+
+@pytest.fixture(scope="module")
+def crd(cluster: Any) -> None:
+    """The NodeDevices CRD as deploy/ ships it, established."""
+    with cluster.api_client() as api:
+        ext = sync_client.ApiextensionsV1Api(api)
+        try:
+            ext.create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        for _ in range(100):
+            got = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+            conditions = (got.status.conditions if got.status else None) or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                return
+            time.sleep(0.1)
+
+
+@asynccontextmanager
+async def plugin(cluster: Any, node: Any) -> AsyncIterator[None]:
+    s = load(
+        [
+            f"--socket-dir={node.simulator.socket_dir}",
+            f"--plugin-dir={node.plugin_dir}",
+            "--metrics-bind-address=127.0.0.1:0",
+            f"--node-name={node.name}",
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--pods-source=apiserver",
+            f"--pod-resources-socket={node.emulator.pod_resources_socket}",
+        ],
+        {},
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(s, stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+def _state(cluster: Any, name: str) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """(allocatable, our labels, device id → binding in NodeDevices) of node ``name``."""
+    with cluster.api_client() as api:
+        node = sync_client.CoreV1Api(api).read_node(name)
+        obj: Any
+        try:
+            obj = sync_client.CustomObjectsApi(api).get_cluster_custom_object(
+                GROUP, VERSION, PLURAL, name
+            )
+        except ApiException:
+            obj = {}  # not written yet
+    assert node.metadata is not None
+    assert node.status is not None
+    labels = {
+        k.removeprefix(f"{OLD}/"): v
+        for k, v in (node.metadata.labels or {}).items()
+        if k.startswith(f"{OLD}/")
+    }
+    bindings = {d["id"]: d.get("binding", "") for d in (obj.get("status") or {}).get("devices", [])}
+    return dict(node.status.allocatable or {}), labels, bindings
+
+
+async def _until(
+    cluster: Any, name: str, cond: Callable[[dict[str, str], dict[str, str], dict[str, str]], bool]
+) -> None:
+    deadline = time.monotonic() + 30
+    while not cond(*(state := _state(cluster, name))):
+        assert time.monotonic() < deadline, f"node {name}: {state}"
+        await asyncio.sleep(0.2)
+
+
+async def _bind(sim: Any, binding: int) -> None:
+    async with runtime_clients(sim) as c:
+        for gpu in ("gpu-6", "gpu-7"):
+            await c.config.SetDeviceBinding(
+                cpb.SetDeviceBindingRequest(device_id=gpu, binding=binding)  # type: ignore[arg-type]
+            )
+
+
+async def test_two_gpus_bound_to_vfio_show_on_the_node_and_its_nodedevices(
+    cluster: Any, crd: None, emulated_gpu_node: Any
+) -> None:
+    node = emulated_gpu_node  # gpu-8x-nvlink
+    async with plugin(cluster, node):
+        await _until(
+            cluster,
+            node.name,
+            lambda alloc, labels, bindings: (
+                alloc.get("aliyun.com/gpu") == "8"
+                and labels.get("vfio.count") == "0"
+                and set(bindings.values()) == {"DRIVER"}
+            ),
+        )
+        await _bind(node.simulator, pb.DEVICE_BINDING_VFIO)
+        await _until(
+            cluster,
+            node.name,
+            lambda alloc, labels, bindings: (
+                alloc.get("aliyun.com/gpu") == "6"
+                and alloc.get("aliyun.com/gpu-vfio") == "2"
+                and alloc.get("aliyun.com/gpu-core") == "600"
+                and labels.get("vfio.count") == "2"
+                and labels.get("count") == "8"
+                and {k for k, v in bindings.items() if v == "VFIO"} == {"gpu-6", "gpu-7"}
+            ),
+        )
+        await _bind(node.simulator, pb.DEVICE_BINDING_DRIVER)
+        await _until(
+            cluster,
+            node.name,
+            lambda alloc, labels, bindings: (
+                alloc.get("aliyun.com/gpu") == "8"
+                and alloc.get("aliyun.com/gpu-vfio", "0") == "0"
+                and labels.get("vfio.count") == "0"
+                and set(bindings.values()) == {"DRIVER"}
+            ),
+        )

@@ -1,0 +1,1 @@
+../../lj-runtimekit/templates/_helpers.tpl

@@ -1,0 +1,167 @@
+"""Fixtures of the offline-bundle tests: the bundle ``make bundle`` would make, built once per
+session from ``build/images`` (``make images`` runs first, once, when they are missing) with the
+bundle's own builder, unpacked as an operator unpacks it; a way to run its installer; and the
+harness' loopback registry (``registry``, module scope)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lj_runtimekit_testkit.manifests import DEPLOY, REPO, tool_dir
+from lj_runtimekit_testkit.registry import LocalRegistry, registry_binaries
+from lj_runtimekit_testkit.suite import INDEX, ImagesMissing, built_images
+
+BUILDER = DEPLOY / "bundle" / "build-bundle.py"
+#: Where the tests push the bundle's images: <registry>/site/lj-runtimekit/<image>:<tag>.
+PROJECT = "site/lj-runtimekit"
+#: The installer's exit codes (its --help lists them).
+E_USAGE, E_INTEGRITY, E_TOOL, E_IMAGE = 2, 3, 4, 5
+
+
+@dataclass(frozen=True)
+class Bundle:
+    tarball: Path
+    folder: Path
+    """The unpacked top folder ``lj-runtimekit-k8s-package.<V>/``."""
+    run: Path
+    manifest: dict[str, Any]
+
+    @property
+    def version(self) -> str:
+        return str(self.manifest["version"])
+
+    def charts(self) -> list[Path]:
+        return [self.folder / c["file"] for c in self.manifest["charts"]]
+
+    def installer(
+        self,
+        *args: str,
+        run: Path | None = None,
+        path: Sequence[Path | str] = (),
+        only_path: bool = False,
+        timeout: float = 300.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the installer (``run``: another copy of it) with ``path`` put first on PATH
+        (``only_path``: PATH is ``path`` plus /usr/bin and /bin, so no tool of this machine but
+        the system's is found)."""
+        base = "/usr/bin:/bin" if only_path else os.environ["PATH"]
+        env = {**os.environ, "PATH": os.pathsep.join([*map(str, path), base])}
+        return subprocess.run(
+            [str(run or self.run), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+def _ensure_images() -> None:
+    """``make images`` once when build/images is missing or incomplete."""
+    try:
+        built_images()
+        return
+    except ImagesMissing as e:
+        reason = str(e)
+    done = subprocess.run(
+        ["make", "images"], cwd=REPO, capture_output=True, text=True, timeout=1200, check=False
+    )
+    if done.returncode != 0:
+        pytest.fail(f"{reason}; `make images` failed:\n{done.stderr[-3000:]}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    _ensure_images()
+    out = tmp_path_factory.mktemp("bundle")
+    done = subprocess.run(
+        [
+            "python3",  # the builder needs only the standard library, like `make bundle`
+            str(BUILDER),
+            "--images", str(INDEX),
+            "--charts", str(DEPLOY / "helm"),
+            "--out", str(out / "dist"),
+            "--helm", str(tool_dir() / "helm"),
+        ],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"build-bundle.py failed:\n{done.stdout}{done.stderr}"
+    tarball = Path(done.stdout.strip().splitlines()[-1])
+    # Unpacked the way docs/offline-bundle.md tells an operator to.
+    site = out / "site"
+    site.mkdir()
+    subprocess.run(["tar", "-xzf", str(tarball), "-C", str(site)], check=True, timeout=300)
+    (folder,) = site.iterdir()
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    run = folder / manifest["installer"]["file"]
+    return Bundle(tarball, folder, run, manifest)
+
+
+@pytest.fixture(scope="session")
+def crane_dir() -> Path:
+    """The folder holding the harness' crane (put it on PATH to push with it)."""
+    return registry_binaries()
+
+
+def helm_env(home: Path) -> dict[str, str]:
+    """helm's own state (registry logins, cache) in ``home``, not the user's."""
+    return {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+
+
+def helm(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(tool_dir() / "helm"), *args],
+        env={**helm_env(home), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def stub_tool(folder: Path, name: str, script: str) -> Path:
+    """An executable ``folder/name`` running the shell ``script`` (a stand-in for a site tool
+    this machine lacks); each call appends its arguments to ``folder/calls.log``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    log = folder / "calls.log"
+    path.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\n{script}\n')
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def copy_run(bundle: Bundle, dest: Path) -> Path:
+    shutil.copyfile(bundle.run, dest)
+    dest.chmod(0o755)
+    return dest
+
+
+def pushed_ref(address: str, image: dict[str, str]) -> str:
+    """Where ``push <address>/site/lj-runtimekit`` puts a MANIFEST.json image."""
+    return f"{address}/{PROJECT}/{image['name']}:{image['tag']}"
+
+
+@pytest.fixture(scope="module")
+def pushed(
+    bundle: Bundle, registry: LocalRegistry, crane_dir: Path
+) -> subprocess.CompletedProcess[str]:
+    """``<run> push <registry>/site/lj-runtimekit --tool=crane --insecure``, once per module
+    (each module has a registry of its own)."""
+    return bundle.installer(
+        "push", f"{registry.address}/{PROJECT}", "--tool=crane", "--insecure", path=[crane_dir]
+    )

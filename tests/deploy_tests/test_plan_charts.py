@@ -1,0 +1,187 @@
+"""The two deployment plans' charts (#23 item 2; docs/charts.md): the lean
+``lj-runtimekit-extensions`` (device plugin and node labels only) and the full
+``lj-runtimekit-operator`` (the operator and its policy, which then creates the rest). Both are
+checked like the full chart (test_helm.py): lint, object by object against what they are made of,
+values flowing where documented, the release namespace everywhere, the standard labels."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lj_runtimekit_testkit.manifests import (
+    CHART,
+    DEPLOY,
+    Obj,
+    containers,
+    key,
+    load_objects,
+    manifest_files,
+    tool_dir,
+)
+
+from .test_helm import CLUSTER_SCOPED, STANDARD_LABELS
+
+EXTENSIONS = DEPLOY / "helm" / "lj-runtimekit-extensions"
+OPERATOR = DEPLOY / "helm" / "lj-runtimekit-operator"
+OFF = [f"{c}.enabled=false" for c in ("scheduler", "exporter", "controller")]
+
+
+def render(chart: Path, *sets: str, namespace: str = "kube-system") -> list[Obj]:
+    args = [str(tool_dir() / "helm"), "template", "ljrk", str(chart), "--include-crds"]
+    args += ["-n", namespace]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=120).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def without_chart_label(obj: Obj) -> Obj:
+    obj = json.loads(json.dumps(obj))
+    obj["metadata"].get("labels", {}).pop("helm.sh/chart", None)
+    return obj
+
+
+@pytest.mark.parametrize("chart", [EXTENSIONS, OPERATOR], ids=lambda p: p.name)
+def test_the_plan_charts_lint_clean(chart: Path) -> None:
+    out = subprocess.run(
+        [str(tool_dir() / "helm"), "lint", str(chart), "--strict"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "gpu-system"])
+def test_the_extensions_chart_is_the_full_chart_with_only_the_device_plugin(namespace: str) -> None:
+    lean = {key(o): without_chart_label(o) for o in render(EXTENSIONS, namespace=namespace)}
+    full = {key(o): without_chart_label(o) for o in render(CHART, *OFF, namespace=namespace)}
+    assert lean == full
+    kinds = {k[0] for k in lean}
+    assert {"DaemonSet", "RuntimeClass", "CustomResourceDefinition"} <= kinds
+    assert "Deployment" not in kinds, "no scheduler, controller or operator in the lean plan"
+    [daemonset] = [o for k, o in lean.items() if k[0] == "DaemonSet"]
+    assert daemonset["metadata"]["name"] == "lj-runtimekit-device-plugin"
+
+
+def test_the_extensions_chart_takes_the_full_charts_values_for_what_it_runs() -> None:
+    sets = ["registry=site.example/gpu", "version=v9.9.9", "nodeLabel.key=gpu-node"]
+    [ds] = [o for o in render(EXTENSIONS, *sets) if o["kind"] == "DaemonSet"]
+    [c] = containers(ds)
+    assert c["image"] == "site.example/gpu/lj-runtimekit-device-plugin:v9.9.9"
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"gpu-node": "true"}
+    bad = subprocess.run(
+        [str(tool_dir() / "helm"), "template", "x", str(EXTENSIONS), "--set", "devicePlugn.x=1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode != 0
+    assert "devicePlugn" in bad.stderr, "the full chart's schema refuses a typo here too"
+
+
+def _static_operator() -> dict[tuple[str, str, str], Obj]:
+    return {key(o): o for o in load_objects(manifest_files("operator"))}
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "gpu-system"])
+def test_the_operator_chart_renders_deploys_operator_in_the_release_namespace(
+    namespace: str,
+) -> None:
+    objs = render(OPERATOR, namespace=namespace)
+    static = _static_operator()
+    rendered = {}
+    for o in objs:
+        if o["kind"] in ("CustomResourceDefinition", "RuntimeKitPolicy"):
+            continue
+        k = (
+            o["kind"],
+            "kube-system" if o["metadata"].get("namespace") else "",
+            o["metadata"]["name"],
+        )
+        rendered[k] = o
+    assert sorted(rendered) == sorted(static)
+    for k, want in static.items():
+        got = json.loads(json.dumps(rendered[k]))
+        meta = got["metadata"]
+        if "namespace" in meta:
+            assert meta["namespace"] == namespace
+            meta["namespace"] = "kube-system"
+        extra = set(meta.get("labels", {})) - set(want["metadata"].get("labels", {}))
+        assert extra <= STANDARD_LABELS, extra
+        for label in extra:
+            del meta["labels"][label]
+        for s in got.get("subjects", []):
+            assert s["namespace"] == namespace
+            s["namespace"] = "kube-system"
+        if got["kind"] == "Deployment":
+            tmpl = got["spec"]["template"]["metadata"]["labels"]
+            for label in set(tmpl) - set(want["spec"]["template"]["metadata"]["labels"]):
+                assert label in STANDARD_LABELS
+                del tmpl[label]
+            [c] = containers(got)
+            lease = c["env"].pop()
+            assert lease == {
+                "name": "LJ_RUNTIMEKIT_OPERATOR_LEADER_ELECT_RESOURCE_NAMESPACE",
+                "value": namespace,
+            }
+        assert got == want, f"{k}: the chart's differs from deploy/operator's"
+    for o in objs:
+        if o["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in o["metadata"], key(o)
+
+
+def test_the_operator_charts_crds_are_deploys() -> None:
+    crds = {
+        o["metadata"]["name"]: o
+        for o in render(OPERATOR)
+        if o["kind"] == "CustomResourceDefinition"
+    }
+    for path in sorted((DEPLOY / "crds").glob("*.yaml")):
+        [want] = load_objects([path])
+        assert crds[want["metadata"]["name"]] == want, path.name
+
+
+def test_the_policy_takes_registry_version_namespace_and_the_operators_overrides() -> None:
+    sets = [
+        "registry=site.example/gpu",
+        "version=v9.9.9",
+        "policy.spec.components.exporter.enabled=false",
+        "policy.spec.components.scheduler.version=v9.9.8",
+    ]
+    objs = render(OPERATOR, *sets, namespace="gpu-system")
+    [policy] = [o for o in objs if o["kind"] == "RuntimeKitPolicy"]
+    spec: dict[str, Any] = policy["spec"]
+    assert (spec["registry"], spec["namespace"]) == ("site.example/gpu", "gpu-system")
+    components = spec["components"]
+    assert components["exporter"]["enabled"] is False
+    assert components["scheduler"]["version"] == "v9.9.8"
+    assert components["controller"]["version"] == components["devicePlugin"]["version"] == "v9.9.9"
+    [dep] = [o for o in objs if o["kind"] == "Deployment"]
+    [c] = containers(dep)
+    assert c["image"] == "site.example/gpu/lj-runtimekit-operator:v9.9.9"
+    [want] = load_objects([DEPLOY / "operator" / "runtimekitpolicy.yaml"])
+    default = next(o for o in render(OPERATOR) if o["kind"] == "RuntimeKitPolicy")
+    assert default["spec"] == want["spec"], "the defaults are deploy/operator/runtimekitpolicy.yaml"
+    assert not [
+        o for o in render(OPERATOR, "policy.create=false") if o["kind"] == "RuntimeKitPolicy"
+    ]
+
+
+@pytest.mark.parametrize("chart", [EXTENSIONS, OPERATOR], ids=lambda p: p.name)
+def test_every_object_of_a_plan_chart_carries_the_standard_labels(chart: Path) -> None:
+    for o in render(chart):
+        if o["kind"] == "CustomResourceDefinition":
+            continue
+        labels = o["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/part-of") == "lj-runtimekit", key(o)
+        assert labels.get("app.kubernetes.io/managed-by") == "Helm", key(o)
+        assert labels.get("helm.sh/chart", "").startswith(chart.name), key(o)
