@@ -252,6 +252,11 @@ deploy() {
       die "$(workload_of "$c") did not become ready" \
         "kubectl -n $NS describe $(workload_of "$c"); kubectl -n $NS logs -l app=lj-runtimekit-$c"
   done
+  if wants device-plugin; then # the same image in DRA mode, on nodes labelled for it (docs/dra.md)
+    k -n "$NS" rollout status daemonset/lj-runtimekit-dra-plugin --timeout="$ROLLOUT_TIMEOUT" ||
+      die "daemonset/lj-runtimekit-dra-plugin did not become ready" \
+        "kubectl -n $NS describe daemonset/lj-runtimekit-dra-plugin; kubectl -n $NS logs -l app=lj-runtimekit-dra-plugin"
+  fi
   verify
 }
 
@@ -432,9 +437,15 @@ undeploy() {
 verify() {
   info "verification (guide §3.4)"
   local c failed=0
+  local -a checks=()
   for c in "${selected[@]}"; do
-    local w ready want
-    w=$(workload_of "$c")
+    checks+=("$(workload_of "$c")")
+    # the device plugin in DRA mode (docs/dra.md): nodes labelled for it run this one instead
+    [[ $c != device-plugin ]] || checks+=(daemonset/lj-runtimekit-dra-plugin)
+  done
+  local w ready want dra_want
+  dra_want=$(k -n "$NS" get daemonset/lj-runtimekit-dra-plugin -o jsonpath='{.status.desiredNumberScheduled}' 2>/dev/null || echo 0)
+  for w in "${checks[@]}"; do
     if [[ $w == daemonset/* ]]; then
       want=$(k -n "$NS" get "$w" -o jsonpath='{.status.desiredNumberScheduled}' 2>/dev/null || echo "?")
       ready=$(k -n "$NS" get "$w" -o jsonpath='{.status.numberReady}' 2>/dev/null || echo "?")
@@ -443,7 +454,11 @@ verify() {
       ready=$(k -n "$NS" get "$w" -o jsonpath='{.status.readyReplicas}' 2>/dev/null || echo "?")
     fi
     ready=${ready:-0}
-    if [[ $w == daemonset/* && $want == 0 ]]; then
+    if [[ $w == daemonset/lj-runtimekit-dra-plugin && $want == 0 ]] ||
+      [[ $w == daemonset/lj-runtimekit-device-plugin && $want == 0 && ${dra_want:-0} != 0 ]]; then
+      # no node in this mode: fine while the other mode covers the labelled nodes
+      printf '%s [INFO]   %-32s ready 0/0: no node in this mode\n' "$(ts)" "$w"
+    elif [[ $w == daemonset/* && $want == 0 ]]; then
       # 0/0 is no success: the node agent runs nowhere.
       printf '%s [WARN]   %-32s ready 0/0: on no node (nodeSelector %s)\n' "$(ts)" "$w" \
         "$(k -n "$NS" get "$w" -o jsonpath='{.spec.template.spec.nodeSelector}' 2>/dev/null || echo '?')"
@@ -456,7 +471,7 @@ verify() {
     fi
   done
   info "pods:"
-  k -n "$NS" get pods -o wide -l 'app in (lj-runtimekit-device-plugin,lj-runtimekit-scheduler,lj-runtimekit-exporter,lj-runtimekit-controller)' |
+  k -n "$NS" get pods -o wide -l 'app in (lj-runtimekit-device-plugin,lj-runtimekit-dra-plugin,lj-runtimekit-scheduler,lj-runtimekit-exporter,lj-runtimekit-controller)' |
     sed "s/^/$(ts) [INFO]   /"
   if wants device-plugin; then
     info "extended resources of the labelled nodes (capacity):"

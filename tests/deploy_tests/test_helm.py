@@ -32,6 +32,7 @@ CLUSTER_SCOPED = {
     "ClusterRole",
     "ClusterRoleBinding",
     "CustomResourceDefinition",
+    "DeviceClass",
     "RuntimeClass",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
@@ -135,9 +136,11 @@ def test_registry_version_and_node_label_flow_into_every_workload(helm: Path) ->
                 if a.startswith("--job-image="):
                     images["job-agent"] = a.split("=", 1)[1]
         if o["kind"] == "DaemonSet":
-            assert spec["nodeSelector"] == {"example.com/gpu-node": "true"}
+            dra = {"lj_runtimekit_device_mode": "dra"} if "dra" in o["metadata"]["name"] else {}
+            assert spec["nodeSelector"] == {"example.com/gpu-node": "true", **dra}
     assert images == {
         "lj-runtimekit-device-plugin": "registry.example/ljrk/lj-runtimekit-device-plugin:v1.14.0",
+        "lj-runtimekit-dra-plugin": "registry.example/ljrk/lj-runtimekit-device-plugin:v1.14.0",
         "lj-runtimekit-exporter": "registry.example/ljrk/lj-runtimekit-exporter:v1.14.1",
         "lj-runtimekit-scheduler": "registry.example/ljrk/lj-runtimekit-scheduler:v1.14.0",
         "lj-runtimekit-controller": "registry.example/ljrk/lj-runtimekit-controller:v1.14.0",
@@ -183,7 +186,7 @@ GOOD_VALUES = [
 def test_good_values_pass_the_schema_and_reach_the_pods(helm: Path) -> None:
     objs = render(helm, *GOOD_VALUES)
     specs = {o["metadata"]["name"]: pod_spec(o) for o in objs if pod_spec(o)}
-    assert len(specs) == 4
+    assert len(specs) == 5  # the device plugin twice: its DaemonSet and the DRA mode's
     for spec in specs.values():
         assert spec["imagePullSecrets"] == [{"name": "my-registry"}]
     assert specs["lj-runtimekit-device-plugin"]["tolerations"] == [
@@ -320,7 +323,8 @@ def test_node_label_resource_names_and_namespace_reach_every_component_as_it_loa
     for o in objs:
         if o["kind"] in {"DaemonSet", "RuntimeClass"}:
             sel = pod_spec(o).get("nodeSelector") or o["scheduling"]["nodeSelector"]
-            assert sel == {"example.com/accelerator": "true"}, key(o)
+            dra = {"lj_runtimekit_device_mode": "dra"} if "dra" in o["metadata"]["name"] else {}
+            assert sel == {"example.com/accelerator": "true", **dra}, key(o)
 
 
 @pytest.mark.parametrize(

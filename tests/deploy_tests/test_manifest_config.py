@@ -17,10 +17,19 @@ CONFIG_PATH = "/etc/lj-runtimekit/config.yaml"
 DOWNWARD = {"NODE_NAME": "node-a", "NODE_IP": "10.0.0.1", "POD_NAME": "pod-a"}
 
 
-def manifest_parts(component: str) -> tuple[str, list[str], dict[str, str]]:
+def manifest_parts(
+    component: str, workload_name: str = ""
+) -> tuple[str, list[str], dict[str, str]]:
+    """The ConfigMap's config.yaml and the args and env of the component's workload (another
+    workload of its folder by ``workload_name``, e.g. the device plugin's DRA DaemonSet)."""
     objs = static_objects([component])
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
-    (workload,) = [o for o in objs if o["kind"] in {"DaemonSet", "Deployment"}]
+    name = workload_name or f"lj-runtimekit-{component}"
+    (workload,) = [
+        o
+        for o in objs
+        if o["kind"] in {"DaemonSet", "Deployment"} and o["metadata"]["name"] == name
+    ]
     (c,) = containers(workload)
     env = {e["name"]: DOWNWARD[e["name"]] for e in c.get("env", []) if "valueFrom" in e}
     env.update({e["name"]: e["value"] for e in c.get("env", []) if "value" in e})
@@ -37,6 +46,19 @@ def test_component_loads_its_manifest_config_and_args(component: str, tmp_path: 
     settings: Any = importlib.import_module(f"{package}.settings")
     loaded = settings.load(argv, env)
     assert loaded is not None
+
+
+def test_the_dra_daemonset_runs_the_device_plugin_in_dra_mode_on_its_config(
+    tmp_path: Path,
+) -> None:
+    from lj_runtimekit_device_plugin.settings import load
+
+    text, args, env = manifest_parts("device-plugin", "lj-runtimekit-dra-plugin")
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    loaded = load([a.replace(CONFIG_PATH, str(config)) for a in args], env)
+    assert loaded.mode == "dra"
+    assert load([], {}).mode == "device-plugin"
 
 
 @pytest.mark.parametrize("component", list(FOLDERS), ids=list(FOLDERS))
@@ -63,14 +85,16 @@ def test_probes_and_ports_are_the_ones_the_component_listens_on(
     package = "lj_runtimekit_" + component.replace("-", "_")
     loaded: Any = importlib.import_module(f"{package}.settings").load(argv, env)
     listens = getattr(loaded, "port", None) or loaded.metrics_port
-    (workload,) = [
+    workloads = [
         o for o in static_objects([component]) if o["kind"] in {"DaemonSet", "Deployment"}
     ]
-    (c,) = containers(workload)
-    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    for probe in ("readinessProbe", "livenessProbe"):
-        port = c[probe]["httpGet"]["port"]
-        assert ports.get(port, port) == listens, f"{probe} on {port}, the daemon on {listens}"
+    assert workloads
+    for workload in workloads:  # the device plugin's DRA DaemonSet listens where it does
+        (c,) = containers(workload)
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        for probe in ("readinessProbe", "livenessProbe"):
+            port = c[probe]["httpGet"]["port"]
+            assert ports.get(port, port) == listens, f"{probe} on {port}, the daemon on {listens}"
     if getattr(loaded, "listen_address", "0.0.0.0") not in ("0.0.0.0", "::", ""):
         pytest.fail(
             f"{component} listens on {loaded.listen_address}: the kubelet's probe misses it"

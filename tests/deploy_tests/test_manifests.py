@@ -44,7 +44,7 @@ def test_every_object_has_a_unique_identity_and_belongs_to_the_suite() -> None:
         if o["kind"] == "CustomResourceDefinition":
             continue
         assert o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "lj-runtimekit", key(o)
-        if o["kind"] not in {"RuntimeClass", "ClusterRole", "ClusterRoleBinding"}:
+        if o["kind"] not in {"RuntimeClass", "ClusterRole", "ClusterRoleBinding", "DeviceClass"}:
             ns = o["metadata"].get("namespace")
             cluster_scoped = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
             assert ns == ("kube-system" if o["kind"] not in cluster_scoped else None), key(o)

@@ -67,16 +67,17 @@ def test_the_extensions_chart_is_the_full_chart_with_only_the_device_plugin(name
     kinds = {k[0] for k in lean}
     assert {"DaemonSet", "RuntimeClass", "CustomResourceDefinition"} <= kinds
     assert "Deployment" not in kinds, "no scheduler, controller or operator in the lean plan"
-    [daemonset] = [o for k, o in lean.items() if k[0] == "DaemonSet"]
-    assert daemonset["metadata"]["name"] == "lj-runtimekit-device-plugin"
+    daemonsets = {o["metadata"]["name"] for k, o in lean.items() if k[0] == "DaemonSet"}
+    assert daemonsets == {"lj-runtimekit-device-plugin", "lj-runtimekit-dra-plugin"}
 
 
 def test_the_extensions_chart_takes_the_full_charts_values_for_what_it_runs() -> None:
     sets = ["registry=site.example/gpu", "version=v9.9.9", "nodeLabel.key=gpu-node"]
-    [ds] = [o for o in render(EXTENSIONS, *sets) if o["kind"] == "DaemonSet"]
-    [c] = containers(ds)
-    assert c["image"] == "site.example/gpu/lj-runtimekit-device-plugin:v9.9.9"
-    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"gpu-node": "true"}
+    for ds in (o for o in render(EXTENSIONS, *sets) if o["kind"] == "DaemonSet"):
+        [c] = containers(ds)
+        assert c["image"] == "site.example/gpu/lj-runtimekit-device-plugin:v9.9.9"
+        dra = {"lj_runtimekit_device_mode": "dra"} if "dra" in ds["metadata"]["name"] else {}
+        assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"gpu-node": "true", **dra}
     bad = subprocess.run(
         [str(tool_dir() / "helm"), "template", "x", str(EXTENSIONS), "--set", "devicePlugn.x=1"],
         capture_output=True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -14,6 +15,10 @@ from . import __version__, lifecycle, logs
 from .allocate import Allocator
 from .annotations import not_passed
 from .assignment import PodView
+from .dra_checkpoint import CheckpointStore, read_boot_id
+from .dra_plugin import DraHost
+from .dra_prepare import Preparer
+from .dra_publish import SlicePublisher
 from .handshake import PodLister, SharedHandshake
 from .health import HealthFollower
 from .httpd import create_app
@@ -26,6 +31,8 @@ from .kube import (
     mark_pod,
     node_pods,
     post_event,
+    read_claim,
+    read_pod,
 )
 from .kubelet import PodsUnavailable, kubelet_pods
 from .metrics import PluginMetrics
@@ -79,7 +86,9 @@ async def _facts(client: RuntimeClient) -> DriverFacts | None:
     return facts
 
 
-async def _publish(inventory: Inventory, publisher: Publisher, client: RuntimeClient) -> None:
+async def _publish(
+    inventory: Inventory, publisher: Publisher | SlicePublisher, client: RuntimeClient
+) -> None:
     """One write per change of the inventory (never on a timer); failures retried on change.
 
     The driver facts are asked again only when the Runtime (its GetVersion) or the set of
@@ -257,6 +266,108 @@ def health_report(
     return True, "; ".join([f"{head}, registered: {sorted(registered)}", *problems])
 
 
+def _dra_host(
+    s: Settings, client: RuntimeClient, api: Any, names: ResourceNames, inventory: Inventory
+) -> DraHost:
+    async def claim(ns: str, name: str) -> dict[str, Any]:
+        return await read_claim(api, ns, name)
+
+    async def pod(ns: str, name: str) -> dict[str, Any]:
+        return await read_pod(api, ns, name)
+
+    store = CheckpointStore(
+        Path(s.dra_plugin_dir) / s.dra_driver_name / "checkpoint.json", read_boot_id()
+    )
+    preparer = Preparer(
+        client,
+        read_claim=claim,
+        read_pod=pod,
+        devices=lambda: inventory.view().devices,
+        store=store,
+        names=names,
+        driver=s.dra_driver_name,
+        pool=s.node_name,
+        cdi_dir=Path(s.cdi_dir),
+        cdi_kind=s.cdi_kind,
+    )
+    return DraHost(
+        preparer,
+        driver=s.dra_driver_name,
+        plugin_dir=s.dra_plugin_dir,
+        registry_dir=s.dra_registry_dir,
+    )
+
+
+def _health(
+    follower: HealthFollower, inventory: Inventory, host: PluginHost | DraHost
+) -> Callable[[], tuple[bool, str]]:
+    def healthy() -> tuple[bool, str]:
+        if isinstance(host, DraHost):
+            reg = host.registration
+            registered = {host.driver} if reg.registered.is_set() else set()
+            unregistered = {host.driver: reg.refusal} if reg.refusal else {}
+        else:
+            registered, unregistered = host.registered, host.unregistered
+        return health_report(
+            connected=follower.connected.is_set(),
+            known_devices=len(inventory.view().devices),
+            runtime_error=follower.last_error,
+            registered=registered,
+            unregistered=unregistered,
+        )
+
+    return healthy
+
+
+def _plugin_host(
+    s: Settings,
+    inventory: Inventory,
+    names: ResourceNames,
+    allocator: Allocator,
+    *,
+    metrics: PluginMetrics,
+    reclaimer: Reclaimer,
+) -> PluginHost:
+    def registered(resource: str) -> None:
+        metrics.registered(resource)
+        reclaimer.wake()
+
+    def refused(resource: str) -> None:
+        metrics.registration_failures.labels(resource).inc()
+
+    host = PluginHost(
+        s.plugin_dir,
+        inventory,
+        names,
+        allocator,
+        observe=metrics.observe,
+        on_registered=registered,
+        on_refused=refused,
+        intent=allocator.intent,
+    )
+    metrics.follow_registrations(host.registration_state)
+    return host
+
+
+def _spawn_publishers(
+    tasks: lifecycle.Tasks,
+    s: Settings,
+    api: Any,
+    *,
+    names: ResourceNames,
+    inventory: Inventory,
+    client: RuntimeClient,
+    dra: bool,
+) -> None:
+    """NodeDevices and labels (both modes), and the ResourceSlices in mode dra."""
+    if api is not None and s.publish_inventory:
+        publisher = Publisher(api, s.node_name, names, label_prefix=s.node_label_prefix)
+        tasks.spawn("publish", _publish(inventory, publisher, client))
+    if dra:
+        slices = SlicePublisher(api, s.node_name, driver=s.dra_driver_name)
+        tasks.spawn("slices", _publish(inventory, slices, client))
+
+
 async def serve(
     s: Settings,
     stop: asyncio.Event | lifecycle.Tasks,
@@ -294,35 +405,17 @@ async def serve(
         devices=lambda: inventory.view().devices,
     )
 
-    def registered(resource: str) -> None:
-        metrics.registered(resource)
-        reclaimer.wake()
+    host = _plugin_host(s, inventory, names, allocator, metrics=metrics, reclaimer=reclaimer)
 
-    def refused(resource: str) -> None:
-        metrics.registration_failures.labels(resource).inc()
+    dra_host = None
+    if s.mode == "dra":
+        if api is None:
+            raise ConfigException("mode dra needs the apiserver (ResourceSlices, ResourceClaims)")
+        dra_host = _dra_host(s, client, api, names, inventory)
 
-    host = PluginHost(
-        s.plugin_dir,
-        inventory,
-        names,
-        allocator,
-        observe=metrics.observe,
-        on_registered=registered,
-        on_refused=refused,
-        intent=allocator.intent,
+    runner = web.AppRunner(
+        create_app(metrics, _health(follower, inventory, host if dra_host is None else dra_host))
     )
-    metrics.follow_registrations(host.registration_state)
-
-    def healthy() -> tuple[bool, str]:
-        return health_report(
-            connected=follower.connected.is_set(),
-            known_devices=len(inventory.view().devices),
-            runtime_error=follower.last_error,
-            registered=host.registered,
-            unregistered=host.unregistered,
-        )
-
-    runner = web.AppRunner(create_app(metrics, healthy))
     await runner.setup()
     await web.TCPSite(runner, *s.metrics_address).start()
     if s.probe_address is not None:
@@ -330,13 +423,18 @@ async def serve(
         await web.TCPSite(runner, *s.probe_address).start()
     if bound is not None:
         bound(int(runner.addresses[0][1]))  # the real port when the bind address asks for 0
-    tasks.spawn("watch", follower.watch())
-    tasks.spawn("poll", follower.poll())
-    tasks.spawn("metrics", _track(inventory, metrics, follower))
-    tasks.spawn("reconcile", reclaimer.run())
-    if api is not None and s.publish_inventory:
-        publisher = Publisher(api, s.node_name, names, label_prefix=s.node_label_prefix)
-        tasks.spawn("publish", _publish(inventory, publisher, client))
+    for name, job in (
+        ("watch", follower.watch()),
+        ("poll", follower.poll()),
+        ("metrics", _track(inventory, metrics, follower)),
+    ):
+        tasks.spawn(name, job)
+    if dra_host is None:
+        # the device plugin API's allocations only: in mode dra the kubelet says when to release
+        tasks.spawn("reconcile", reclaimer.run())
+    _spawn_publishers(
+        tasks, s, api, names=names, inventory=inventory, client=client, dra=dra_host is not None
+    )
     # Registering before the first inventory would advertise nothing: wait for it (or stop).
     first = asyncio.create_task(follower.connected.wait())
     stopping = asyncio.create_task(tasks.wait())
@@ -344,11 +442,16 @@ async def serve(
     first.cancel()
     stopping.cancel()
     if not tasks.stop.is_set():
-        tasks.spawn("plugins", host.run())
+        if dra_host is not None:
+            await dra_host.start()
+        else:
+            tasks.spawn("plugins", host.run())
         await tasks.wait()
     log.info("shutting_down")
     await tasks.cancel()
     await host.stop()
+    if dra_host is not None:
+        await dra_host.stop()
     await runner.cleanup()
     await client.close()
     await reclaimer.kubelet.close()

@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -252,3 +253,33 @@ async def post_event(
             f"posting event {reason} on pod {ns}/{name}: {e.status} {e.reason}: check the "
             "plugin's RBAC (events/create)"
         ) from e
+
+
+class NotFound(ApiserverUnavailable):
+    """The object does not exist (any more)."""
+
+
+async def read_claim(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """One ResourceClaim (resource.k8s.io/v1) as API JSON, for preparing it (mode dra)."""
+    try:
+        claim = await client.ResourceV1Api(api).read_namespaced_resource_claim(name, namespace)
+    except ApiException as e:
+        error = NotFound if e.status == 404 else ApiserverUnavailable
+        raise error(f"reading ResourceClaim {namespace}/{name}: {e.status} {e.reason}") from e
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        raise ApiserverUnavailable(f"reading ResourceClaim {namespace}/{name}: {e}") from e
+    out: dict[str, Any] = api.sanitize_for_serialization(claim)
+    return out
+
+
+async def read_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """One pod as API JSON."""
+    try:
+        pod = await client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+    except ApiException as e:
+        error = NotFound if e.status == 404 else ApiserverUnavailable
+        raise error(f"reading pod {namespace}/{name}: {e.status} {e.reason}") from e
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        raise ApiserverUnavailable(f"reading pod {namespace}/{name}: {e}") from e
+    out: dict[str, Any] = api.sanitize_for_serialization(pod)
+    return out

@@ -26,6 +26,7 @@ ENV_PREFIX = "LJ_RUNTIMEKIT_DEVICE_PLUGIN_"
 RESOURCE_KINDS = ("gpu", "gpu-core", "gpu-memory", "ppu", "gpu-vfio")
 MIG_STRATEGIES = ("single", "mixed", "none")
 PODS_SOURCES = ("kubelet", "apiserver")
+MODES = ("device-plugin", "dra")
 #: Spellings of v1.13, kept until v1.15 with a warning (guide §4.1).
 DEPRECATED = (
     cli.Deprecated("listen_address", "metrics_bind_address", part="host", until="v1.15.0"),
@@ -33,6 +34,7 @@ DEPRECATED = (
 )
 _doc = cli.setting
 # A label prefix is a DNS subdomain (RFC 1123): lowercase labels of [a-z0-9-] joined by dots.
+_CDI_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -128,6 +130,37 @@ class Settings:
         "lj-runtimekit.aliyun.com/node-label-prefix records the prefix last written.",
         "lj-runtimekit.aliyun.com",
     )
+    mode: str = _doc(
+        "How the node's accelerators reach pods: `device-plugin` (extended resources through the "
+        "kubelet's device plugin API) or `dra` (a Dynamic Resource Allocation driver: "
+        "ResourceSlices, NodePrepareResources, CDI; docs/dra.md). One mode per node: a node never "
+        "advertises the same devices both ways.",
+        "device-plugin",
+        choices=MODES,
+    )
+    dra_driver_name: str = _doc(
+        "The DRA driver name: the ResourceSlices' spec.driver, the DeviceClasses' selector and the "
+        "kubelet plugin's registered name (mode dra).",
+        "lj-runtimekit.aliyun.com",
+    )
+    dra_plugin_dir: str = _doc(
+        "The kubelet's DRA plugin directory; the driver's socket and checkpoint go in "
+        "<dir>/<driver name>/ (mode dra). The path must be the same in the pod and on the host.",
+        "/var/lib/kubelet/plugins",
+    )
+    dra_registry_dir: str = _doc(
+        "The kubelet's plugin watcher directory, where the registration socket goes (mode dra).",
+        "/var/lib/kubelet/plugins_registry",
+    )
+    cdi_dir: str = _doc(
+        "Where the CDI spec of each prepared claim is written for the container runtime "
+        "(containerd reads /etc/cdi and /var/run/cdi; mode dra).",
+        "/var/run/cdi",
+    )
+    cdi_kind: str = _doc(
+        "The CDI kind (<vendor>/<class>) of the specs written for prepared claims (mode dra).",
+        "aliyun.com/gpu",
+    )
     kubeconfig: str = cli.kubeconfig()
     metrics_bind_address: str = cli.metrics_bind_address("0.0.0.0:9502")
     health_probe_bind_address: str = cli.health_probe_bind_address()
@@ -187,6 +220,20 @@ class Settings:
             raise ConfigError(
                 f"node_label_prefix {prefix!r}: expected a DNS subdomain of at most 63 "
                 "characters, lowercase letters, digits, '-' and '.', e.g. gpu.example.com"
+            )
+        if not _DNS_SUBDOMAIN.match(self.dra_driver_name) or len(self.dra_driver_name) > 63:
+            raise ConfigError(
+                f"dra_driver_name {self.dra_driver_name!r}: expected a DNS subdomain of at most "
+                "63 characters, e.g. gpu.example.com"
+            )
+        for name in ("dra_plugin_dir", "dra_registry_dir", "cdi_dir"):
+            if not getattr(self, name).startswith("/"):
+                raise ConfigError(f"{name} {getattr(self, name)!r}: expected an absolute path")
+        vendor, sep, klass = self.cdi_kind.partition("/")
+        if not (sep and _CDI_NAME.match(vendor) and _CDI_NAME.match(klass)):
+            raise ConfigError(
+                f"cdi_kind {self.cdi_kind!r}: expected <vendor>/<class>, each starting with a "
+                "letter and holding letters, digits, '_', '-', '.', e.g. aliyun.com/gpu"
             )
         for name in (
             "health_interval",

@@ -14,6 +14,8 @@ CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 CNI_CONF_DIR = "/etc/cni/net.d"
 RUNC = "/usr/local/bin/runc"
 XPU_RUNTIME = "/usr/local/harp/kitC/xpu-container-runtime"
+DRIVER_LIBS = "/usr/local/harp/kitC/lib"
+"""Where the Runtime's driver libraries are (the simulator's injection bind-mounts it)."""
 RUNTIME_RECORDS = "/var/log/xpu-container-runtime/records.jsonl"
 KUBELET_DIR = "/etc/kubernetes"
 KUBELET_HEALTHZ_PORT = 10248

@@ -28,6 +28,7 @@ from lj_runtimekit_testkit.node import cgroups
 from lj_runtimekit_testkit.node.binaries import node_binaries_dir, pause_image, require_host
 from lj_runtimekit_testkit.node.config import (
     CNI_CONF_DIR,
+    DRIVER_LIBS,
     KUBELET_DIR,
     KUBELET_SYSCTLS,
     RUNTIME_RECORDS,
@@ -370,6 +371,11 @@ class RealNode:
         self._write(
             XPU_RUNTIME, shebang + (_HERE / "xpu_runtime_standin.py").read_text(), mode=0o755
         )
+        # The driver libraries the Runtime's injection bind-mounts (simulator.ledger.DRIVER_MOUNT)
+        # exist on a node with the Runtime installed. The device plugin path gives the mount to
+        # the CRI, where containerd makes a missing host path; a CDI spec (DRA) does not.
+        if self.inventory:
+            self._write(f"{DRIVER_LIBS}/README", "the Runtime simulator's driver libraries\n")
         if self.private_dev and not self.devices and self.inventory:
             self.devices = accelerator_devices(
                 _inventory_device_nodes(self.inventory), free_char_major()

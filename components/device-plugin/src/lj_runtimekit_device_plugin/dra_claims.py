@@ -1,0 +1,101 @@
+"""What a ResourceClaim's allocation asks of this node. Pure: the apiserver's JSON in, data out.
+
+The scheduler writes the allocation into ``status.allocation.devices.results`` (one entry per
+allocated device: request, driver, pool, device) and the pods that may use the claim into
+``status.reservedFor``. The kubelet calls ``NodePrepareResources`` with the claim's namespace,
+name and uid only; the driver reads the rest from the apiserver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import PermanentError
+
+
+class ClaimNotPreparable(PermanentError):
+    """The claim cannot be prepared as it stands (no allocation, no pod, another uid)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One allocated device of a claim."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True)
+class ClaimAllocation:
+    namespace: str
+    name: str
+    uid: str
+    results: tuple[Result, ...]
+    pods: tuple[tuple[str, str], ...]
+    """(name, uid) of each pod the claim is reserved for, in the claim's order."""
+
+
+def _dict(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def claim_allocation(claim: Mapping[str, Any]) -> ClaimAllocation:
+    """The allocation of ``claim`` (a ResourceClaim as the apiserver returns it)."""
+    meta = _dict(claim.get("metadata"))
+    ns, name, uid = (str(meta.get(k) or "") for k in ("namespace", "name", "uid"))
+    status = _dict(claim.get("status"))
+    allocation = status.get("allocation")
+    if not isinstance(allocation, Mapping):
+        raise ClaimNotPreparable(f"claim {ns}/{name} has no allocation: the scheduler made none")
+    results = tuple(
+        Result(
+            request=str(r.get("request") or ""),
+            driver=str(r.get("driver") or ""),
+            pool=str(r.get("pool") or ""),
+            device=str(r.get("device") or ""),
+        )
+        for r in _list(_dict(allocation.get("devices")).get("results"))
+        if isinstance(r, Mapping)
+    )
+    pods = tuple(
+        (str(ref.get("name") or ""), str(ref.get("uid") or ""))
+        for ref in _list(status.get("reservedFor"))
+        if isinstance(ref, Mapping) and ref.get("resource") == "pods" and not ref.get("apiGroup")
+    )
+    return ClaimAllocation(ns, name, uid, results, pods)
+
+
+def ours(claim: ClaimAllocation, driver: str, pool: str) -> tuple[Result, ...]:
+    """The results this node's driver prepares: its driver, its pool."""
+    return tuple(r for r in claim.results if r.driver == driver and r.pool == pool)
+
+
+def container_of(pod: Mapping[str, Any], claim_name: str) -> str:
+    """The first container of ``pod`` that uses the ResourceClaim named ``claim_name`` (directly
+    or through the claim a template made for the pod); "" when none does."""
+    spec, status = _dict(pod.get("spec")), _dict(pod.get("status"))
+    pod_claims = {
+        str(c.get("name"))
+        for c in _list(spec.get("resourceClaims"))
+        if isinstance(c, Mapping) and c.get("resourceClaimName") == claim_name
+    }
+    pod_claims |= {
+        str(s.get("name"))
+        for s in _list(status.get("resourceClaimStatuses"))
+        if isinstance(s, Mapping) and s.get("resourceClaimName") == claim_name
+    }
+    for container in [*_list(spec.get("initContainers")), *_list(spec.get("containers"))]:
+        if not isinstance(container, Mapping):
+            continue
+        used = _list(_dict(container.get("resources")).get("claims"))
+        if any(isinstance(u, Mapping) and u.get("name") in pod_claims for u in used):
+            return str(container.get("name") or "")
+    return ""

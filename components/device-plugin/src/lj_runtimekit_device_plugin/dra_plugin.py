@@ -1,0 +1,161 @@
+"""The kubelet's side of DRA (mode dra): plugin registration and the DRAPlugin gRPC service.
+
+The kubelet's plugin watcher finds ``<registry dir>/<driver>-reg.sock`` and asks it ``GetInfo``:
+type ``DRAPlugin``, the driver name, the endpoint of the DRA service
+(``<plugin dir>/<driver>/dra.sock``, a path the kubelet sees the same) and the service versions we
+serve. It then calls ``NodePrepareResources`` / ``NodeUnprepareResources`` there. Both sockets are
+made anew at start (a stale file from a killed process would make the bind fail) and removed at
+stop, which is how the kubelet learns the plugin went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+
+import grpc
+import structlog
+
+from lj_runtimekit_interface import sockets
+from lj_runtimekit_interface.dra.v1 import api_pb2 as dra_pb2
+from lj_runtimekit_interface.dra.v1 import api_pb2_grpc as dra_grpc
+from lj_runtimekit_interface.pluginregistration.v1 import api_pb2 as reg_pb2
+from lj_runtimekit_interface.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+
+from .dra_prepare import ClaimRef, Preparer
+
+log = structlog.get_logger(__name__)
+
+PLUGIN_TYPE = "DRAPlugin"
+#: The DRA gRPC services served, as the kubelet names them in registration (its
+#: ``DRAPluginService`` constant of k8s.io/kubelet/pkg/apis/dra/v1).
+SUPPORTED_VERSIONS = ("v1.DRAPlugin",)
+
+
+def _refs(claims: object) -> list[ClaimRef]:
+    return [ClaimRef(c.namespace, c.name, c.uid) for c in claims]  # type: ignore[attr-defined]
+
+
+class DRAPlugin(dra_grpc.DRAPluginServicer):
+    def __init__(self, preparer: Preparer) -> None:
+        self.preparer = preparer
+
+    async def NodePrepareResources(
+        self,
+        request: dra_pb2.NodePrepareResourcesRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> dra_pb2.NodePrepareResourcesResponse:
+        outcomes = await self.preparer.prepare(_refs(request.claims))
+        resp = dra_pb2.NodePrepareResourcesResponse()
+        for uid, outcome in outcomes.items():
+            entry = resp.claims[uid]
+            if outcome.error:
+                entry.error = outcome.error
+                continue
+            entry.devices.extend(
+                dra_pb2.Device(
+                    request_names=list(d.requests),
+                    pool_name=d.pool,
+                    device_name=d.device,
+                    cdi_device_ids=list(d.cdi_device_ids),
+                )
+                for d in outcome.devices
+            )
+        return resp
+
+    async def NodeUnprepareResources(
+        self,
+        request: dra_pb2.NodeUnprepareResourcesRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> dra_pb2.NodeUnprepareResourcesResponse:
+        errors = await self.preparer.unprepare(_refs(request.claims))
+        resp = dra_pb2.NodeUnprepareResourcesResponse()
+        for uid, error in errors.items():
+            resp.claims[uid].error = error
+        return resp
+
+
+class Registration(reg_grpc.RegistrationServicer):
+    def __init__(self, driver: str, endpoint: str) -> None:
+        self.driver = driver
+        self.endpoint = endpoint
+        self.registered = asyncio.Event()
+        self.refusal = ""
+
+    async def GetInfo(
+        self, request: reg_pb2.InfoRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> reg_pb2.PluginInfo:
+        return reg_pb2.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=self.driver,
+            endpoint=self.endpoint,
+            supported_versions=list(SUPPORTED_VERSIONS),
+        )
+
+    async def NotifyRegistrationStatus(
+        self,
+        request: reg_pb2.RegistrationStatus,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> reg_pb2.RegistrationStatusResponse:
+        if request.plugin_registered:
+            self.refusal = ""
+            self.registered.set()
+            log.info("dra_plugin_registered", driver=self.driver, endpoint=self.endpoint)
+        else:
+            self.refusal = request.error or "no reason given"
+            self.registered.clear()
+            log.error(
+                "dra_plugin_registration_refused",
+                driver=self.driver,
+                error=self.refusal,
+                check="does this kubelet serve DRA (Kubernetes 1.34+) and the v1 DRAPlugin API?",
+            )
+        return reg_pb2.RegistrationStatusResponse()
+
+
+def _fresh_socket(path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return sockets.unix_target(str(path))
+
+
+class DraHost:
+    """Both servers of the DRA kubelet plugin, on their sockets."""
+
+    def __init__(self, preparer: Preparer, *, driver: str, plugin_dir: str, registry_dir: str):
+        self.driver = driver
+        self.dra_socket = Path(plugin_dir) / driver / "dra.sock"
+        self.reg_socket = Path(registry_dir) / f"{driver}-reg.sock"
+        self.registration = Registration(driver, str(self.dra_socket))
+        self.plugin = DRAPlugin(preparer)
+        self._servers: list[grpc.aio.Server] = []
+
+    async def start(self) -> None:
+        dra = grpc.aio.server()
+        dra_grpc.add_DRAPluginServicer_to_server(self.plugin, dra)
+        dra.add_insecure_port(_fresh_socket(self.dra_socket))
+        await dra.start()
+        self._servers.append(dra)
+        # registration last: the kubelet may call the endpoint as soon as it learns it
+        reg = grpc.aio.server()
+        reg_grpc.add_RegistrationServicer_to_server(self.registration, reg)
+        reg.add_insecure_port(_fresh_socket(self.reg_socket))
+        await reg.start()
+        self._servers.append(reg)
+        log.info(
+            "dra_plugin_serving",
+            driver=self.driver,
+            registration=str(self.reg_socket),
+            endpoint=str(self.dra_socket),
+        )
+
+    async def stop(self) -> None:
+        for server in reversed(self._servers):
+            await server.stop(grace=1.0)
+        self._servers.clear()
+        for path in (self.reg_socket, self.dra_socket):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)

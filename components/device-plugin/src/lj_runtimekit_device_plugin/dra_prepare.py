@@ -1,0 +1,312 @@
+"""Preparing and unpreparing DRA claims on this node (mode dra): Runtime ``Allocate`` for exactly
+the claim's devices, a CDI spec the container runtime applies, a checkpoint; ``Release`` when the
+kubelet unprepares.
+
+Order of a prepare, so that a crash at any step leaves nothing the next call cannot finish or undo:
+Runtime allocation(s) → CDI spec file (atomic) → checkpoint (atomic) → answer. A failure before
+the checkpoint releases what this call allocated and removes its spec. A repeated prepare of a
+claim in the checkpoint allocates nothing: it answers the same CDI ids (which are a function of
+claim uid, request and device, see :func:`dra_cdi.device_name`). An unprepare of a claim the
+checkpoint does not know succeeds (it was never prepared here, or already unprepared).
+
+All prepares and unprepares of the node run one at a time: the checkpoint is one file, and the
+kubelet calls for a pod's claims together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from .dra_cdi import PreparedDevice, cdi_device_id, claim_spec, device_name, spec_file_name
+from .dra_checkpoint import Checkpoint, CheckpointStore, ClaimRecord
+from .dra_claims import ClaimAllocation, ClaimNotPreparable, claim_allocation, container_of, ours
+from .dra_slices import device_names
+from .errors import DevicePluginError, PermanentError, TemporaryError
+from .model import Allocation, Device
+from .resources import ResourceNames
+from .runtime import RuntimeClient, release
+
+log = structlog.get_logger(__name__)
+
+ReadObject = Callable[[str, str], Awaitable[dict[str, Any]]]
+"""(namespace, name) → the object as API JSON."""
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class PreparedClaimDevice:
+    """One device of the answer to the kubelet."""
+
+    requests: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    devices: tuple[PreparedClaimDevice, ...] = ()
+    error: str = ""
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """``path`` holds the old or the new bytes at every moment; a temporary name CDI never reads
+    (it reads ``*.json`` and ``*.yaml``) until the rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # the container runtime reads it; mkstemp makes 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _remove(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+class Preparer:
+    """The node side of DRA for one driver and one pool (the node)."""
+
+    def __init__(
+        self,
+        runtime: RuntimeClient,
+        *,
+        read_claim: ReadObject,
+        read_pod: ReadObject,
+        devices: Callable[[], Sequence[Device]],
+        store: CheckpointStore,
+        names: ResourceNames,
+        driver: str,
+        pool: str,
+        cdi_dir: Path,
+        cdi_kind: str,
+    ) -> None:
+        self.runtime = runtime
+        self.read_claim = read_claim
+        self.read_pod = read_pod
+        self.devices = devices
+        self.store = store
+        self.names = names
+        self.driver = driver
+        self.pool = pool
+        self.cdi_dir = cdi_dir
+        self.cdi_kind = cdi_kind
+        self._lock = asyncio.Lock()
+        self.checkpoint, outcome = store.load()
+        log.info(
+            "dra_checkpoint_loaded",
+            path=str(store.path),
+            outcome=outcome.value,
+            claims=len(self.checkpoint.claims),
+        )
+
+    def spec_path(self, uid: str) -> Path:
+        return self.cdi_dir / spec_file_name(self.cdi_kind, uid)
+
+    def _save(self, claims: Mapping[str, ClaimRecord]) -> None:
+        cp = Checkpoint(self.checkpoint.boot_id, dict(claims))
+        try:
+            self.store.save(cp)
+        except OSError as e:
+            raise TemporaryError(f"writing the DRA checkpoint {self.store.path}: {e}") from e
+        self.checkpoint = cp
+
+    # ------------------------------------------------------------------------------ prepare
+
+    async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        """One outcome per claim uid; a failure of one claim is that claim's ``error``."""
+        out = {}
+        async with self._lock:
+            for ref in refs:
+                try:
+                    out[ref.uid] = Outcome(await self._prepare(ref))
+                except DevicePluginError as e:
+                    log.warning(
+                        "dra_prepare_failed",
+                        claim=f"{ref.namespace}/{ref.name}",
+                        uid=ref.uid,
+                        error=str(e),
+                        retried="by the kubelet" if not isinstance(e, PermanentError) else "no",
+                    )
+                    out[ref.uid] = Outcome(error=str(e))
+        return out
+
+    async def _claim(self, ref: ClaimRef) -> ClaimAllocation:
+        claim = claim_allocation(await self.read_claim(ref.namespace, ref.name))
+        if claim.uid != ref.uid:
+            raise ClaimNotPreparable(
+                f"claim {ref.namespace}/{ref.name} has uid {claim.uid}, the kubelet asked for "
+                f"{ref.uid}: it was deleted and made again"
+            )
+        return claim
+
+    def _answer(self, claim: ClaimAllocation) -> tuple[PreparedClaimDevice, ...]:
+        """The kubelet's answer for ``claim``: its devices here, each with its CDI id."""
+        return tuple(
+            PreparedClaimDevice(
+                requests=(r.request,),
+                pool=r.pool,
+                device=r.device,
+                cdi_device_ids=(
+                    cdi_device_id(self.cdi_kind, device_name(claim.uid, r.request, r.device)),
+                ),
+            )
+            for r in ours(claim, self.driver, self.pool)
+        )
+
+    async def _prepare(self, ref: ClaimRef) -> tuple[PreparedClaimDevice, ...]:
+        claim = await self._claim(ref)
+        results = ours(claim, self.driver, self.pool)
+        if not results:
+            raise ClaimNotPreparable(
+                f"claim {ref.namespace}/{ref.name} has no device of driver {self.driver} in "
+                f"pool {self.pool}"
+            )
+        if ref.uid in self.checkpoint.claims:
+            log.info("dra_prepare_repeated", claim=f"{ref.namespace}/{ref.name}", uid=ref.uid)
+            return self._answer(claim)
+        inventory = {d.id: d for d in self.devices()}
+        by_name = {name: inventory[i] for i, name in device_names(inventory.values()).items()}
+        unknown = [r.device for r in results if r.device not in by_name]
+        if unknown:
+            raise ClaimNotPreparable(
+                f"claim {ref.namespace}/{ref.name}: devices {unknown} are not in this node's "
+                "inventory (the ResourceSlice the scheduler read is stale)"
+            )
+        if not claim.pods:
+            raise ClaimNotPreparable(f"claim {ref.namespace}/{ref.name} is reserved for no pod")
+        pod_name, pod_uid = claim.pods[0]
+        try:
+            container = container_of(await self.read_pod(ref.namespace, pod_name), ref.name)
+        except DevicePluginError as e:
+            log.info("dra_pod_unread", pod=f"{ref.namespace}/{pod_name}", error=str(e))
+            container = ""
+        groups: dict[str, list[str]] = {}
+        for r in results:
+            d = by_name[r.device]
+            resource = self.names.ppu if d.kind == "ppu" else self.names.gpu
+            groups.setdefault(resource, [])
+            if d.id not in groups[resource]:
+                groups[resource].append(d.id)
+        made: list[Allocation] = []
+        spec_path = self.spec_path(ref.uid)
+        try:
+            for resource, ids in groups.items():
+                made.append(
+                    await self.runtime.allocate(
+                        pod=(ref.namespace, pod_name, pod_uid),
+                        container=container or f"claim-{ref.name}",
+                        resource=resource,
+                        device_ids=ids,
+                    )
+                )
+            of_device = {i: a for a in made for i in a.device_ids}
+            prepared = [
+                PreparedDevice(
+                    r.request, r.pool, r.device, of_device[by_name[r.device].id].injection
+                )
+                for r in results
+            ]
+            spec, _ = claim_spec(ref.uid, prepared, self.cdi_kind)
+            try:
+                write_atomically(spec_path, json.dumps(spec, indent=1).encode())
+            except OSError as e:
+                raise TemporaryError(f"writing the CDI spec {spec_path}: {e}") from e
+            answer = self._answer(claim)
+            record = ClaimRecord(
+                namespace=ref.namespace,
+                name=ref.name,
+                devices=tuple(f"{r.pool}/{r.device}" for r in results),
+                allocation_ids=tuple(a.id for a in made),
+                cdi_device_ids=tuple(i for d in answer for i in d.cdi_device_ids),
+            )
+            self._save({**self.checkpoint.claims, ref.uid: record})
+        except BaseException:
+            await self._undo(made, spec_path)
+            raise
+        log.info(
+            "dra_claim_prepared",
+            claim=f"{ref.namespace}/{ref.name}",
+            uid=ref.uid,
+            pod=f"{ref.namespace}/{pod_name}",
+            devices=[by_name[r.device].id for r in results],
+            allocations=[a.id for a in made],
+        )
+        return answer
+
+    async def _undo(self, made: Sequence[Allocation], spec_path: Path) -> None:
+        _remove(spec_path)
+        for a in made:
+            try:
+                await release(self.runtime, a.id)
+            except DevicePluginError as e:
+                log.error(
+                    "dra_undo_release_failed",
+                    allocation=a.id,
+                    error=str(e),
+                    effect="an allocation no claim holds until the Runtime forgets it",
+                )
+
+    # ---------------------------------------------------------------------------- unprepare
+
+    async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
+        """Claim uid → error ("" when it is unprepared)."""
+        out = {}
+        async with self._lock:
+            for ref in refs:
+                try:
+                    await self._unprepare(ref)
+                    out[ref.uid] = ""
+                except DevicePluginError as e:
+                    log.warning(
+                        "dra_unprepare_failed",
+                        claim=f"{ref.namespace}/{ref.name}",
+                        uid=ref.uid,
+                        error=str(e),
+                    )
+                    out[ref.uid] = str(e)
+        return out
+
+    async def _unprepare(self, ref: ClaimRef) -> None:
+        record = self.checkpoint.claims.get(ref.uid)
+        if record is None:
+            _remove(self.spec_path(ref.uid))
+            log.info("dra_unprepare_unknown_claim", claim=f"{ref.namespace}/{ref.name}")
+            return
+        left = list(record.allocation_ids)
+        for allocation_id in record.allocation_ids:
+            await release(self.runtime, allocation_id)  # unknown ids are not an error
+            left.remove(allocation_id)
+            if left:  # a failure after this leaves only what is still held to release
+                self._save(
+                    {**self.checkpoint.claims, ref.uid: replace(record, allocation_ids=tuple(left))}
+                )
+        _remove(self.spec_path(ref.uid))
+        self._save({u: r for u, r in self.checkpoint.claims.items() if u != ref.uid})
+        log.info(
+            "dra_claim_unprepared",
+            claim=f"{ref.namespace}/{ref.name}",
+            uid=ref.uid,
+            released=list(record.allocation_ids),
+        )

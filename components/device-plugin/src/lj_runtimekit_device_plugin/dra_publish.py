@@ -1,0 +1,220 @@
+"""The node's ResourceSlices on the apiserver (mode dra): written on change only, never on a timer.
+
+:func:`dra_slices.resource_slices` decides what the slices say; this adapter only writes them.
+
+- The pool generation rises with every change of content. A new publisher (a restarted plugin)
+  starts above the highest generation among the node's existing slices of its driver, so the
+  scheduler never sees the pool go back to an older generation.
+- Each slice is created or replaced by its stable name; then the node's other slices of this
+  driver go (a shrinking pool). Slices of other nodes or other drivers are never touched: every
+  list selects ``spec.nodeName`` and ``spec.driver`` on the apiserver.
+- The slices are owned by the Node, so they go when the Node goes.
+- A taint keeps the ``timeAdded`` the apiserver gave it when it first appeared; a rewrite of the
+  pool for another reason does not make it look new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from . import dra_slices
+from .kube import ApiserverUnavailable
+from .model import Device, RuntimeInfo
+from .runtime import DriverFacts
+
+log = structlog.get_logger(__name__)
+
+GROUP, VERSION = dra_slices.API_VERSION.split("/")
+PLURAL = "resourceslices"
+_RETRIES = 3
+_TRANSPORT = (aiohttp.ClientError, OSError, TimeoutError)
+
+
+class SlicePublisher:
+    """The ResourceSlices of one node and driver."""
+
+    def __init__(
+        self, api: client.ApiClient, node: str, *, driver: str = dra_slices.DEFAULT_DRIVER
+    ) -> None:
+        self.node = node
+        self.driver = driver
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.generation: int | None = None
+        """The pool generation of the last write; None until this publisher first wrote."""
+        self._node_uid: str | None = None
+        self._written: list[dict[str, Any]] | None = None
+        """The slices of the last complete write, built with generation 0 (the content)."""
+        self.writes = 0
+
+    async def publish(
+        self, devices: Sequence[Device], runtime: RuntimeInfo, facts: DriverFacts | None
+    ) -> bool:
+        """Bring the node's slices to ``devices``; True when anything was written."""
+        try:
+            node_uid = await self._uid()
+            base = dra_slices.NodeFacts(
+                node=self.node,
+                generation=0,
+                node_uid=node_uid,
+                driver=self.driver,
+                driver_version=facts.driver_version if facts else "",
+                runtime_version=runtime.version,
+                compute_capability=facts.compute_capability if facts else {},
+            )
+            content = dra_slices.resource_slices(devices, base)
+            if content == self._written:
+                return False
+            existing = await self._existing()
+            highest = max((_generation(s) for s in existing.values()), default=0)
+            generation = max(highest, self.generation or 0) + 1
+            slices = dra_slices.resource_slices(devices, replace(base, generation=generation))
+            self.generation = generation
+            _keep_taint_times(slices, existing.values())
+            for body in slices:
+                await self._put(body, existing.get(body["metadata"]["name"]))
+            wanted = {s["metadata"]["name"] for s in slices}
+            for name in sorted(set(existing) - wanted):
+                await self._delete(name)
+        except ApiException as e:
+            raise ApiserverUnavailable(
+                f"publishing the ResourceSlices of node {self.node} (driver {self.driver}): "
+                f"{e.status} {e.reason}: check the plugin's RBAC (resource.k8s.io resourceslices) "
+                "and that the apiserver serves resource.k8s.io/v1 (Kubernetes 1.34 or later)"
+            ) from e
+        except _TRANSPORT as e:
+            raise ApiserverUnavailable(
+                f"publishing the ResourceSlices of node {self.node}: {e}"
+            ) from e
+        self._written = content
+        self.writes += 1
+        log.info(
+            "resource_slices_published",
+            node=self.node,
+            driver=self.driver,
+            generation=generation,
+            slices=len(slices),
+            devices=sum(len(s["spec"]["devices"]) for s in slices),
+            deleted=len(set(existing) - wanted),
+        )
+        return True
+
+    async def withdraw(self) -> int:
+        """Delete every slice of this node and driver (the node leaves DRA); how many went."""
+        try:
+            existing = await self._existing()
+            for name in sorted(existing):
+                await self._delete(name)
+        except ApiException as e:
+            raise ApiserverUnavailable(
+                f"deleting the ResourceSlices of node {self.node} (driver {self.driver}): "
+                f"{e.status} {e.reason}: check the plugin's RBAC (resourceslices delete)"
+            ) from e
+        except _TRANSPORT as e:
+            raise ApiserverUnavailable(
+                f"deleting the ResourceSlices of node {self.node}: {e}"
+            ) from e
+        if existing:
+            self.generation = max(
+                (_generation(s) for s in existing.values()), default=self.generation or 0
+            )
+        self._written = None
+        log.info("resource_slices_withdrawn", node=self.node, driver=self.driver, n=len(existing))
+        return len(existing)
+
+    async def _uid(self) -> str:
+        if self._node_uid is None:
+            try:
+                node = await self.core.read_node(self.node)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                raise ApiserverUnavailable(
+                    f"node {self.node} does not exist: its ResourceSlices need the Node object "
+                    "(check --node-name)"
+                ) from e
+            self._node_uid = str(node.metadata.uid)
+        return self._node_uid
+
+    async def _existing(self) -> dict[str, dict[str, Any]]:
+        """The node's slices of this driver on the apiserver, by name."""
+        got = await self.custom.list_cluster_custom_object(
+            GROUP,
+            VERSION,
+            PLURAL,
+            field_selector=f"spec.nodeName={self.node},spec.driver={self.driver}",
+        )
+        return {s["metadata"]["name"]: s for s in got.get("items", [])}
+
+    async def _put(self, body: dict[str, Any], current: dict[str, Any] | None) -> None:
+        """Create or replace one slice; a conflict (someone else wrote it) reads it again."""
+        name = body["metadata"]["name"]
+        version = current["metadata"]["resourceVersion"] if current else None
+        for _ in range(_RETRIES):
+            try:
+                if version is None:
+                    await self.custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+                else:
+                    meta = {**body["metadata"], "resourceVersion": version}
+                    await self.custom.replace_cluster_custom_object(
+                        GROUP, VERSION, PLURAL, name, {**body, "metadata": meta}
+                    )
+                return
+            except ApiException as e:
+                if e.status == 409:  # it exists (create) or changed (replace): read it again
+                    version = await self._version(name)
+                elif e.status == 404 and version is not None:  # gone meanwhile: create it
+                    version = None
+                else:
+                    raise
+        raise ApiserverUnavailable(
+            f"ResourceSlice {name} kept changing while node {self.node} wrote it: is another "
+            f"process publishing for driver {self.driver} on this node?"
+        )
+
+    async def _version(self, name: str) -> str | None:
+        try:
+            got = await self.custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return str(got["metadata"]["resourceVersion"])
+
+    async def _delete(self, name: str) -> None:
+        try:
+            await self.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def _keep_taint_times(slices: list[dict[str, Any]], existing: Iterable[dict[str, Any]]) -> None:
+    """Give each taint the ``timeAdded`` it already has on the apiserver.
+
+    The apiserver stamps a taint without one with the time of the write, so without this every
+    republish would make an old taint look new."""
+    times = {
+        (d["name"], t["key"], t.get("value", ""), t["effect"]): t["timeAdded"]
+        for s in existing
+        for d in s.get("spec", {}).get("devices", [])
+        for t in d.get("taints", [])
+        if "timeAdded" in t
+    }
+    for s in slices:
+        for d in s["spec"]["devices"]:
+            for t in d.get("taints", []):
+                when = times.get((d["name"], t["key"], t.get("value", ""), t["effect"]))
+                if when:
+                    t["timeAdded"] = when
+
+
+def _generation(obj: dict[str, Any]) -> int:
+    return int(obj.get("spec", {}).get("pool", {}).get("generation", 0))

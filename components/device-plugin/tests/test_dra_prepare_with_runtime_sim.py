@@ -1,0 +1,214 @@
+"""DRA prepare and unprepare against the harness's runtime simulator over its real sockets: exactly
+the claim's devices are allocated, the CDI spec carries the Runtime's injection, the checkpoint
+makes a repeated prepare (and one after a restart) allocate nothing, unprepare releases, and a
+failure at any step leaves nothing allocated. The claims are the apiserver's JSON as the
+scheduler writes it (the apiserver itself is in the real-node test)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lj_runtimekit_device_plugin.dra_cdi import validate_spec
+from lj_runtimekit_device_plugin.dra_checkpoint import CheckpointStore
+from lj_runtimekit_device_plugin.dra_prepare import ClaimRef, Preparer
+from lj_runtimekit_device_plugin.dra_slices import device_names
+from lj_runtimekit_device_plugin.kube import NotFound
+from lj_runtimekit_device_plugin.model import Device
+from lj_runtimekit_device_plugin.resources import ResourceNames
+from lj_runtimekit_device_plugin.runtime import RuntimeClient
+
+DRIVER, NODE, KIND = "lj-runtimekit.aliyun.com", "node-a", "aliyun.com/gpu"
+BOOT = "boot-1"
+
+
+def claim(name: str, uid: str, devices: list[str], *, pod: str = "p", request: str = "gpus") -> Any:
+    return {
+        "metadata": {"namespace": "ns", "name": name, "uid": uid},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": request, "driver": DRIVER, "pool": NODE, "device": d}
+                        for d in devices
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": f"{pod}-uid"}],
+        },
+    }
+
+
+def pod(name: str, claim_name: str) -> Any:
+    return {
+        "metadata": {"namespace": "ns", "name": name},
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
+            "containers": [
+                {"name": "side"},
+                {"name": "main", "resources": {"claims": [{"name": "gpu"}]}},
+            ],
+        },
+    }
+
+
+class Apiserver:
+    """The objects the preparer reads, by (namespace, name)."""
+
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], Any] = {}
+        self.pods: dict[tuple[str, str], Any] = {}
+
+    async def claim(self, ns: str, name: str) -> Any:
+        if (ns, name) not in self.claims:
+            raise NotFound(f"ResourceClaim {ns}/{name}: 404")
+        return self.claims[ns, name]
+
+    async def pod(self, ns: str, name: str) -> Any:
+        if (ns, name) not in self.pods:
+            raise NotFound(f"pod {ns}/{name}: 404")
+        return self.pods[ns, name]
+
+    def add(self, c: Any) -> ClaimRef:
+        meta = c["metadata"]
+        self.claims[meta["namespace"], meta["name"]] = c
+        p = c["status"]["reservedFor"][0]["name"]
+        self.pods["ns", p] = pod(p, meta["name"])
+        return ClaimRef(meta["namespace"], meta["name"], meta["uid"])
+
+
+@pytest.fixture
+async def rig(runtime_sim: Any, tmp_path: Path) -> Any:
+    client = RuntimeClient(str(runtime_sim.socket_dir), 5.0)
+    devices: list[Device] = await client.list_devices()
+    api = Apiserver()
+
+    def make() -> Preparer:
+        return Preparer(
+            client,
+            read_claim=api.claim,
+            read_pod=api.pod,
+            devices=lambda: devices,
+            store=CheckpointStore(tmp_path / "plugin" / "checkpoint.json", BOOT),
+            names=ResourceNames(),
+            driver=DRIVER,
+            pool=NODE,
+            cdi_dir=tmp_path / "cdi",
+            cdi_kind=KIND,
+        )
+
+    names = device_names(devices)
+    yield api, make, {d.id: names[d.id] for d in devices}, tmp_path
+    await client.close()
+
+
+async def test_prepare_allocates_exactly_the_claims_devices_and_writes_their_cdi_spec(
+    runtime_sim: Any, rig: Any
+) -> None:
+    api, make, names, _ = rig
+    p = make()
+    ids = ["gpu-0", "gpu-1"] if "gpu-0" in names else sorted(names)[:2]
+    ref = api.add(claim("two", "uid-two", [names[i] for i in ids]))
+    out = await p.prepare([ref])
+    assert not out[ref.uid].error, out[ref.uid].error
+    (alloc,) = runtime_sim.allocations()
+    assert sorted(alloc.device_ids) == sorted(ids)
+    assert (alloc.pod.namespace, alloc.pod.name, alloc.pod.uid) == ("ns", "p", "p-uid")
+    assert alloc.container == "main"
+    spec = json.loads(p.spec_path(ref.uid).read_text())
+    validate_spec(spec)
+    assert spec["kind"] == KIND
+    answered = {i for d in out[ref.uid].devices for i in d.cdi_device_ids}
+    assert answered == {f"{KIND}={d['name']}" for d in spec["devices"]}
+    env = spec["devices"][0]["containerEdits"]["env"]
+    assert f"LJ_ALLOCATION_ID={alloc.id}" in env
+    assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in env)
+    assert [(d.requests, d.device) for d in out[ref.uid].devices] == [
+        (("gpus",), names[i]) for i in ids
+    ]
+    assert p.checkpoint.claims[ref.uid].allocation_ids == (alloc.id,)
+
+
+async def test_a_repeated_prepare_and_one_after_a_restart_allocate_nothing(
+    runtime_sim: Any, rig: Any
+) -> None:
+    api, make, names, _ = rig
+    first = make()
+    ref = api.add(claim("one", "uid-one", [sorted(names.values())[0]]))
+    a = await first.prepare([ref])
+    calls = runtime_sim.calls("Allocate")
+    assert (await first.prepare([ref])) == a
+    restarted = make()  # a new process: the same checkpoint file
+    assert (await restarted.prepare([ref])) == a
+    assert runtime_sim.calls("Allocate") == calls
+    assert len(runtime_sim.allocations()) == 1
+    assert await restarted.unprepare([ref]) == {ref.uid: ""}
+    assert runtime_sim.allocations() == []
+    assert not restarted.spec_path(ref.uid).exists()
+    assert make().checkpoint.claims == {}
+    # unpreparing again (the kubelet retries) and an unknown claim both succeed
+    assert await restarted.unprepare([ref, ClaimRef("ns", "x", "never")]) == {
+        ref.uid: "",
+        "never": "",
+    }
+
+
+async def test_a_refused_claim_leaves_nothing_and_the_others_in_the_call_are_prepared(
+    runtime_sim: Any, rig: Any
+) -> None:
+    api, make, names, _ = rig
+    p = make()
+    gpus = sorted(names.values())
+    held = api.add(claim("held", "uid-held", [gpus[0]], pod="a"))
+    assert not (await p.prepare([held]))[held.uid].error
+    clash = api.add(claim("clash", "uid-clash", [gpus[1], gpus[0]], pod="b"))
+    fine = api.add(claim("fine", "uid-fine", [gpus[2]], pod="c"))
+    stale = api.add(claim("stale", "uid-stale", ["gpu-that-went"], pod="d"))
+    wrong = ClaimRef("ns", "fine", "uid-of-a-deleted-claim")
+    gone = ClaimRef("ns", "missing", "uid-missing")
+    out = await p.prepare([clash, fine, stale, wrong, gone])
+    assert "held whole" in out[clash.uid].error
+    assert not out[fine.uid].error
+    assert "not in this node's inventory" in out[stale.uid].error
+    assert "deleted and made again" in out[wrong.uid].error
+    assert "404" in out[gone.uid].error
+    owners = sorted(a.pod.name for a in runtime_sim.allocations())
+    assert owners == ["a", "c"]  # the clash's first GPU was not left allocated
+    for ref in (clash, stale, wrong, gone):
+        assert not p.spec_path(ref.uid).exists()
+        assert ref.uid not in p.checkpoint.claims
+
+
+async def test_a_checkpoint_that_cannot_be_written_releases_the_allocation(
+    runtime_sim: Any, rig: Any
+) -> None:
+    api, make, names, tmp = rig
+    p = make()
+    ref = api.add(claim("one", "uid-one", [sorted(names.values())[0]]))
+    (tmp / "plugin").write_text("a file where the checkpoint's directory should be")
+    out = await p.prepare([ref])
+    assert "checkpoint" in out[ref.uid].error
+    assert runtime_sim.allocations() == []
+    assert not p.spec_path(ref.uid).exists()
+
+
+async def test_a_claim_without_allocation_or_pod_is_refused_clearly(rig: Any) -> None:
+    api, make, names, _ = rig
+    p = make()
+    bare = {"metadata": {"namespace": "ns", "name": "bare", "uid": "u1"}, "status": {}}
+    api.claims["ns", "bare"] = bare
+    out = await p.prepare([ClaimRef("ns", "bare", "u1")])
+    assert "has no allocation" in out["u1"].error
+    lonely = claim("lonely", "u2", [sorted(names.values())[0]])
+    lonely["status"]["reservedFor"] = []
+    api.claims["ns", "lonely"] = lonely
+    out = await p.prepare([ClaimRef("ns", "lonely", "u2")])
+    assert "reserved for no pod" in out["u2"].error
+    other = claim("other", "u3", ["x"])
+    other["status"]["allocation"]["devices"]["results"][0]["driver"] = "gpu.example.com"
+    api.claims["ns", "other"] = other
+    out = await p.prepare([ClaimRef("ns", "other", "u3")])
+    assert "no device of driver" in out["u3"].error

@@ -1,0 +1,393 @@
+"""The node's ResourceSlices on the real apiserver (issue 24): accepted as built, written on change
+only with a rising pool generation, tainted while a device is unhealthy, shrunk, continued after a
+restart, withdrawn, and never another node's or driver's. The suite's DeviceClasses and a claim
+for them pass the apiserver's validation too."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as sync_client
+from kubernetes.client.exceptions import ApiException
+from kubernetes_asyncio import client
+
+from lj_runtimekit_device_plugin.dra_publish import GROUP, PLURAL, VERSION, SlicePublisher
+from lj_runtimekit_device_plugin.dra_slices import DEFAULT_DRIVER, UNHEALTHY_TAINT_KEY
+from lj_runtimekit_device_plugin.kube import api_client
+from lj_runtimekit_device_plugin.model import GIB, Device, Link, RuntimeInfo
+from lj_runtimekit_device_plugin.runtime import DriverFacts
+
+pytestmark = pytest.mark.cluster
+
+DEPLOY = Path(__file__).parents[3] / "deploy"
+DEVICE_CLASSES = DEPLOY / "deviceplugin" / "05-deviceclasses.yaml"
+RUNTIME = RuntimeInfo(version="v1.14.0", api_version="v1")
+OTHER_DRIVER = "other.example.com"
+ISLAND_0 = 'device.attributes["lj-runtimekit.aliyun.com"].nvlinkIsland == 0'
+
+
+def gpus(n: int, *, unhealthy: dict[int, str] | None = None, kind: str = "gpu") -> list[Device]:
+    """``n`` devices in NVLink islands of four; ``unhealthy`` maps an index to its reason."""
+    sick = unhealthy or {}
+    return [
+        Device(
+            id=f"{kind}-{i}",
+            uuid=f"{kind.upper()}-{i:04d}",
+            index=i,
+            kind=kind,
+            vendor="NVIDIA",
+            model="H800",
+            memory_bytes=80 * GIB,
+            numa_node=i % 2,
+            pci_bus_id=f"0000:{i % 256:02x}:00.0",
+            links=tuple(
+                Link(f"{kind}-{j}", "nvlink", 300.0)
+                for j in range(i - i % 4, i - i % 4 + 4)
+                if j != i
+            ),
+            healthy=i not in sick,
+            reason=sick.get(i, ""),
+        )
+        for i in range(n)
+    ]
+
+
+def facts(n: int) -> DriverFacts:
+    return DriverFacts(
+        driver_version="550.54.15", compute_capability={f"gpu-{i}": "9.0" for i in range(n)}
+    )
+
+
+@pytest.fixture
+async def api(cluster: Any) -> AsyncIterator[client.ApiClient]:
+    a = await api_client(cluster.kubeconfig)
+    try:
+        yield a
+    finally:
+        await a.close()
+
+
+@pytest.fixture
+def nodes(cluster: Any) -> Iterator[list[str]]:
+    """Two fresh nodes; deleted afterwards with whatever slices a test left."""
+    names = cluster.create_gpu_nodes(2, prefix="dra", wait_ready=False)
+    yield names
+    with cluster.api_client() as a:
+        core, custom = sync_client.CoreV1Api(a), sync_client.CustomObjectsApi(a)
+        for name in names:
+            for s in slices_of(cluster, name, driver=None):
+                custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, s["metadata"]["name"])
+            core.delete_node(name)
+
+
+def slices_of(cluster: Any, node: str, driver: str | None = DEFAULT_DRIVER) -> list[dict[str, Any]]:
+    """The node's slices on the apiserver (of ``driver``, or of every driver), by name."""
+    selector = f"spec.nodeName={node}" + (f",spec.driver={driver}" if driver else "")
+    with cluster.api_client() as a:
+        got: Any = sync_client.CustomObjectsApi(a).list_cluster_custom_object(
+            GROUP, VERSION, PLURAL, field_selector=selector
+        )
+    items: list[dict[str, Any]] = got["items"]
+    return sorted(items, key=lambda s: str(s["metadata"]["name"]))
+
+
+def generations(slices: list[dict[str, Any]]) -> set[int]:
+    return {s["spec"]["pool"]["generation"] for s in slices}
+
+
+def devices_in(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for s in slices for d in s["spec"]["devices"]}
+
+
+def foreign_slice(node: str, driver: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 7, "resourceSliceCount": 1},
+            "devices": [{"name": "dev-0"}],
+        },
+    }
+
+
+async def test_first_publish_is_accepted_and_an_equal_one_writes_nothing(
+    cluster: Any, api: client.ApiClient, nodes: list[str]
+) -> None:
+    node = nodes[0]
+    publisher = SlicePublisher(api, node)
+    assert await publisher.publish(gpus(8), RUNTIME, facts(8))
+    (rs,) = slices_of(cluster, node)
+    with cluster.api_client() as a:
+        uid = sync_client.CoreV1Api(a).read_node(node).metadata.uid  # type: ignore[union-attr]
+    assert rs["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert rs["spec"]["pool"] == {"name": node, "generation": 1, "resourceSliceCount": 1}
+    gpu3 = devices_in([rs])["gpu-3"]
+    assert gpu3["attributes"]["type"] == {"string": "gpu"}
+    assert gpu3["attributes"]["computeCapability"] == {"version": "9.0.0"}
+    assert gpu3["attributes"]["driverVersion"] == {"version": "550.54.15"}
+    assert gpu3["attributes"]["runtimeVersion"] == {"version": "1.14.0"}
+    assert gpu3["capacity"] == {"memory": {"value": "80Gi"}}
+
+    assert not await publisher.publish(gpus(8), RUNTIME, facts(8))
+    assert publisher.writes == 1
+    (again,) = slices_of(cluster, node)
+    assert again["metadata"]["resourceVersion"] == rs["metadata"]["resourceVersion"]
+
+
+async def test_an_unhealthy_device_is_tainted_under_a_new_generation_and_recovery_clears_it(
+    cluster: Any, api: client.ApiClient, nodes: list[str]
+) -> None:
+    node = nodes[0]
+    publisher = SlicePublisher(api, node)
+    await publisher.publish(gpus(8), RUNTIME, facts(8))
+
+    await publisher.publish(gpus(8, unhealthy={5: "XidError79"}), RUNTIME, facts(8))
+    (now,) = slices_of(cluster, node)
+    assert generations([now]) == {2}
+    devices = devices_in([now])
+    (taint,) = devices["gpu-5"]["taints"]
+    assert (taint["key"], taint["value"], taint["effect"]) == (
+        UNHEALTHY_TAINT_KEY,
+        "XidError79",
+        "NoSchedule",
+    )
+    assert "timeAdded" in taint  # the apiserver's stamp
+    assert "taints" not in devices["gpu-4"]
+
+    # A second device turns unhealthy: the first one's taint keeps the time it was added.
+    devices["gpu-5"]["taints"][0]["timeAdded"] = "2020-01-01T00:00:00Z"
+    with cluster.api_client() as a:
+        sync_client.CustomObjectsApi(a).replace_cluster_custom_object(
+            GROUP, VERSION, PLURAL, now["metadata"]["name"], now
+        )
+    await publisher.publish(
+        gpus(8, unhealthy={5: "XidError79", 6: "XidError48"}), RUNTIME, facts(8)
+    )
+    devices = devices_in(slices_of(cluster, node))
+    assert devices["gpu-5"]["taints"][0]["timeAdded"] == "2020-01-01T00:00:00Z"
+    assert devices["gpu-6"]["taints"][0]["value"] == "XidError48"
+
+    await publisher.publish(gpus(8), RUNTIME, facts(8))
+    now_all = slices_of(cluster, node)
+    assert generations(now_all) == {4}
+    assert not [n for n, d in devices_in(now_all).items() if "taints" in d]
+    assert publisher.writes == 4
+
+
+async def test_a_shrinking_pool_loses_its_surplus_slices_and_a_restart_continues_the_generation(
+    cluster: Any, api: client.ApiClient, nodes: list[str]
+) -> None:
+    node, other = nodes
+    with cluster.api_client() as a:  # what is not ours: the same node's other driver
+        sync_client.CustomObjectsApi(a).create_cluster_custom_object(
+            GROUP, VERSION, PLURAL, foreign_slice(node, OTHER_DRIVER, f"{node}-other")
+        )
+    neighbour = SlicePublisher(api, other)  # and another node's slices of our driver
+    await neighbour.publish(gpus(130), RUNTIME, facts(130))
+    before = slices_of(cluster, other)
+    assert len(before) == 2
+
+    publisher = SlicePublisher(api, node)
+    await publisher.publish(gpus(130), RUNTIME, facts(130))
+    two = slices_of(cluster, node)
+    assert [s["spec"]["pool"]["resourceSliceCount"] for s in two] == [2, 2]
+    assert [len(s["spec"]["devices"]) for s in two] == [128, 2]
+    assert generations(two) == {1}
+
+    await publisher.publish(gpus(100), RUNTIME, facts(100))
+    (one,) = slices_of(cluster, node)
+    assert one["spec"]["pool"] == {"name": node, "generation": 2, "resourceSliceCount": 1}
+    assert len(one["spec"]["devices"]) == 100
+
+    restarted = SlicePublisher(api, node)
+    await restarted.publish(gpus(100), RUNTIME, facts(100))
+    assert generations(slices_of(cluster, node)) == {3}
+
+    assert await restarted.withdraw() == 1
+    assert slices_of(cluster, node) == []
+    assert await restarted.withdraw() == 0
+    assert [s["metadata"]["name"] for s in slices_of(cluster, node, OTHER_DRIVER)] == [
+        f"{node}-other"
+    ]
+    after = slices_of(cluster, other)
+    assert [s["metadata"]["resourceVersion"] for s in after] == [
+        s["metadata"]["resourceVersion"] for s in before
+    ]
+
+
+async def test_the_first_publish_after_a_restart_starts_above_the_existing_generation(
+    cluster: Any, api: client.ApiClient, nodes: list[str]
+) -> None:
+    node = nodes[0]
+    first = SlicePublisher(api, node)
+    for sick in ({}, {1: "XidError48"}, {}, {2: "Lost"}):
+        await first.publish(gpus(4, unhealthy=sick), RUNTIME, facts(4))
+    assert generations(slices_of(cluster, node)) == {4}
+    await SlicePublisher(api, node).publish(gpus(4, unhealthy={2: "Lost"}), RUNTIME, facts(4))
+    assert generations(slices_of(cluster, node)) == {5}
+
+
+async def test_a_node_without_publishable_devices_has_no_slices(
+    cluster: Any, api: client.ApiClient, nodes: list[str]
+) -> None:
+    node = nodes[0]
+    publisher = SlicePublisher(api, node)
+    await publisher.publish(gpus(2), RUNTIME, None)
+    assert len(slices_of(cluster, node)) == 1
+    vfio = [Device(**{**d.__dict__, "binding": "vfio"}) for d in gpus(2)]
+    await publisher.publish(vfio, RUNTIME, None)
+    assert slices_of(cluster, node) == []
+
+
+async def test_ppus_are_published_beside_gpus(
+    cluster: Any, api: client.ApiClient, nodes: list[str]
+) -> None:
+    node = nodes[0]
+    await SlicePublisher(api, node).publish(gpus(2) + gpus(2, kind="ppu"), RUNTIME, None)
+    types = {
+        n: d["attributes"]["type"]["string"]
+        for n, d in devices_in(slices_of(cluster, node)).items()
+    }
+    assert types == {"gpu-0": "gpu", "gpu-1": "gpu", "ppu-0": "ppu", "ppu-1": "ppu"}
+
+
+@pytest.fixture
+def device_classes(cluster: Any) -> Iterator[dict[str, Any]]:
+    """The suite's DeviceClasses as the apiserver stored them, by name; deleted afterwards, so
+    that the session's other tests meet no extended-resource mapping."""
+    classes = [d for d in yaml.safe_load_all(DEVICE_CLASSES.read_text()) if d]
+    with cluster.api_client() as a:
+        custom = sync_client.CustomObjectsApi(a)
+        stored: dict[str, Any] = {}
+        try:
+            for body in classes:
+                name = body["metadata"]["name"]
+                custom.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", body)
+                stored[name] = custom.get_cluster_custom_object(
+                    GROUP, VERSION, "deviceclasses", name
+                )
+            yield stored
+        finally:
+            for body in classes:
+                try:
+                    custom.delete_cluster_custom_object(
+                        GROUP, VERSION, "deviceclasses", body["metadata"]["name"]
+                    )
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+
+
+def pod(name: str, node: str, *, claim: str = "", gpus: int = 0) -> Any:
+    container: dict[str, Any] = {"name": "main", "image": "busybox"}
+    spec: dict[str, Any] = {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "containers": [container],
+    }
+    if claim:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+    if gpus:
+        container["resources"] = {"limits": {"aliyun.com/gpu": str(gpus)}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+async def scheduled(cluster: Any, namespace: str, name: str) -> Any:
+    """The pod once kube-scheduler bound it (30 s at most)."""
+    deadline = time.monotonic() + 30
+    with cluster.api_client() as a:
+        core = sync_client.CoreV1Api(a)
+        while True:
+            got: Any = core.read_namespaced_pod(name, namespace)
+            if got.spec.node_name:
+                return got
+            assert time.monotonic() < deadline, f"pod {name} not scheduled: {got.status}"
+            await asyncio.sleep(0.2)
+
+
+async def test_kube_scheduler_allocates_from_the_slices_through_the_device_classes(
+    cluster: Any, api: client.ApiClient, namespace: str, device_classes: dict[str, Any]
+) -> None:
+    gpu_class = device_classes["gpu.lj-runtimekit.aliyun.com"]
+    assert gpu_class["spec"]["extendedResourceName"] == "aliyun.com/gpu"
+    ppu_class = device_classes["ppu.lj-runtimekit.aliyun.com"]
+    assert ppu_class["spec"]["extendedResourceName"] == "alibabacloud.com/ppu"
+    # a node in DRA mode: it advertises no aliyun.com/gpu, its GPUs are in its slices
+    (node,) = cluster.create_gpu_nodes(1, prefix="dra-mode", gpus=0)
+    try:
+        await SlicePublisher(api, node).publish(
+            gpus(8, unhealthy={0: "XidError79"}), RUNTIME, facts(8)
+        )
+        with cluster.api_client() as a:
+            custom = sync_client.CustomObjectsApi(a)
+            core = sync_client.CoreV1Api(a)
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "resourceclaims", CLAIM
+            )
+            core.create_namespaced_pod(namespace, pod("with-claim", node, claim="one-gpu"))
+            assert (await scheduled(cluster, namespace, "with-claim")).spec.node_name == node
+            claim: Any = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "resourceclaims", "one-gpu"
+            )
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            assert (result["driver"], result["pool"]) == (DEFAULT_DRIVER, node)
+            # island 0 is gpu-0..3, and the tainted gpu-0 is avoided
+            assert result["device"] in ("gpu-1", "gpu-2", "gpu-3"), result
+
+            # a pod that still asks the device plugin's resource gets a GPU through the mapping
+            core.create_namespaced_pod(namespace, pod("asks-aliyun-gpu", node, gpus=2))
+            got = await scheduled(cluster, namespace, "asks-aliyun-gpu")
+            assert got.spec.node_name == node
+            listed: Any = custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, "resourceclaims"
+            )
+            (extended,) = [c for c in listed["items"] if c["metadata"]["name"] != "one-gpu"]
+            results = extended["status"]["allocation"]["devices"]["results"]
+            taken = {r["device"] for r in results}
+            assert len(taken) == 2
+            assert "gpu-0" not in taken
+            assert result["device"] not in taken
+    finally:
+        with cluster.api_client() as a:
+            for s in slices_of(cluster, node):
+                sync_client.CustomObjectsApi(a).delete_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, s["metadata"]["name"]
+                )
+            core = sync_client.CoreV1Api(a)
+            for name in ("with-claim", "asks-aliyun-gpu"):
+                try:
+                    core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+            core.delete_node(node)
+
+
+CLAIM = {
+    "apiVersion": f"{GROUP}/{VERSION}",
+    "kind": "ResourceClaim",
+    "metadata": {"name": "one-gpu"},
+    "spec": {
+        "devices": {
+            "requests": [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": "gpu.lj-runtimekit.aliyun.com",
+                        "count": 1,
+                        "selectors": [{"cel": {"expression": ISLAND_0}}],
+                    },
+                }
+            ]
+        }
+    },
+}

@@ -1,0 +1,241 @@
+"""DRA on a real node (#24, "Done when"): the suite deployed by deploy-all.sh from the built images
+on a real node (kubelet + containerd + runc) with eight GPUs of the Runtime simulator, the node
+labelled for DRA mode; kube-scheduler allocates the claims, the kubelet calls our DRA plugin.
+
+A claim for one GPU and one for two GPUs on one NVLink island each give a pod that runs with the
+Runtime's injection reaching the container through CDI (the env, the device nodes); deleting the
+pods releases everything in the Runtime and removes their CDI specs. A restart of the plugin and
+one of the kubelet while a pod holds a claim allocate nothing again and lose nothing: the pod's
+deletion afterwards still releases. A device the Runtime reports unhealthy is tainted in the
+ResourceSlice and a claim for seven GPUs avoids it; recovery clears the taint. The node never
+advertises the devices as extended resources while in DRA mode."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import pytest
+
+from lj_runtimekit_testkit.node import RealNode
+from lj_runtimekit_testkit.suite import (
+    NS,
+    Operator,
+    accelerator_capacity,
+    all_running,
+    allocations,
+    injected,
+    simulator_control,
+    wait_for,
+    workload,
+)
+
+from .conftest import RealCluster
+from .test_lifecycle_on_real_nodes import enabled
+
+pytestmark = [pytest.mark.realnode, pytest.mark.images, pytest.mark.timeout(900)]
+
+WORK_NS = "dra"
+DRIVER = "lj-runtimekit.aliyun.com"
+GPU_CLASS = "gpu.lj-runtimekit.aliyun.com"
+MODE_LABEL = "lj_runtimekit_device_mode"
+PLUGIN_APP = "lj-runtimekit-dra-plugin"
+TAINT = "lj-runtimekit.aliyun.com/unhealthy"
+
+
+@pytest.fixture(scope="module")
+def node(real_cluster: RealCluster) -> RealNode:
+    rc = real_cluster
+    node = rc.add_node("dra", "gpu-8x-nvlink")
+    op = rc.operator
+    op.label(node.name, True)
+    op.kubectl("label", "node", node.name, f"{MODE_LABEL}=dra", "--overwrite")
+    out = op.deploy_all("deploy")
+    assert "all selected components are ready" in out.stdout, out.stdout
+    op.kubectl("create", "namespace", WORK_NS)
+    wait_for(f"{node.name} enabled", functools.partial(enabled, op, node.name), 240)
+    wait_for("the DRA plugin running", lambda: plugin_pod(op, node), 180)
+    wait_for("eight GPUs in the node's ResourceSlices", lambda: len(devices(op, node)) == 8, 120)
+    wait_for(
+        "the default service account",
+        lambda: op.kubectl("-n", WORK_NS, "get", "sa", "default", check=False).returncode == 0,
+        30,
+        0.2,
+    )
+    return node
+
+
+@pytest.fixture
+def op(real_cluster: RealCluster) -> Operator:
+    return real_cluster.operator
+
+
+def plugin_pod(op: Operator, node: RealNode) -> dict[str, Any] | None:
+    pods = op.json(
+        "-n", NS, "get", "pods", "-l", f"app={PLUGIN_APP}", "--field-selector",
+        f"spec.nodeName={node.name}",
+    )["items"]  # fmt: skip
+    return pods[0] if len(pods) == 1 and all_running(pods) else None
+
+
+def slices(op: Operator, node: RealNode) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = op.json(
+        "get", "resourceslices", "--field-selector",
+        f"spec.nodeName={node.name},spec.driver={DRIVER}",
+    )["items"]  # fmt: skip
+    return items
+
+
+def devices(op: Operator, node: RealNode) -> dict[str, dict[str, Any]]:
+    """Device name → its entry in the node's ResourceSlices."""
+    return {d["name"]: d for s in slices(op, node) for d in s["spec"].get("devices", [])}
+
+
+def apply(op: Operator, name: str, *objs: dict[str, Any]) -> None:
+    path = op.log_dir / f"dra-{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}))
+    op.kubectl("apply", "-f", str(path))
+
+
+def claim_pod(
+    op: Operator, node: RealNode, name: str, count: int, constraints: list[Any] | None = None
+) -> dict[str, Any]:
+    """A ResourceClaimTemplate for ``count`` GPUs and a pod (default scheduler) using it; the
+    pod once Running."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": WORK_NS},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpus", "exactly": {"deviceClassName": GPU_CLASS, "count": count}}
+                    ],
+                    "constraints": constraints or [],
+                }
+            }
+        },
+    }
+    pod = workload(name, WORK_NS, {}, node=node.name, scheduler=None)
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": name}]
+    main = pod["spec"]["containers"][0]
+    main["resources"] = {"claims": [{"name": "gpus"}]}
+    apply(op, name, template, pod)
+    return wait_for(f"pod {name} running", lambda: running(op, name), 180)
+
+
+def running(op: Operator, name: str) -> dict[str, Any] | None:
+    pod: dict[str, Any] = op.json("-n", WORK_NS, "get", "pod", name)
+    if pod["status"].get("phase") == "Failed":
+        raise AssertionError(f"pod {name} failed: {pod['status']}")
+    return pod if all_running([pod]) else None
+
+
+def held(node: RealNode, pod: str) -> list[dict[str, Any]]:
+    return [a for a in allocations(node) if a["pod"] == f"{WORK_NS}/{pod}"]
+
+
+def env_of(record: dict[str, Any]) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in record.get("env", []))
+
+
+def cdi_specs(node: RealNode) -> list[str]:
+    d = node.host_path("/var/run/cdi")
+    return sorted(p.name for p in d.glob("*.json")) if d.is_dir() else []
+
+
+def delete_and_expect_release(op: Operator, node: RealNode, name: str) -> None:
+    op.kubectl("-n", WORK_NS, "delete", "pod", name, "--wait=true", "--timeout=120s")
+    wait_for(f"{name}'s allocations released", lambda: not held(node, name), 120)
+    op.kubectl("-n", WORK_NS, "delete", "resourceclaimtemplate", name)
+
+
+def test_the_node_serves_its_gpus_through_dra_only(op: Operator, node: RealNode) -> None:
+    found = devices(op, node)
+    assert len(found) == 8
+    for d in found.values():
+        attrs = d["attributes"]
+        assert attrs["type"] == {"string": "gpu"}
+        assert "nvlinkIsland" in attrs
+        assert "memory" in d.get("capacity", {})
+        assert not d.get("taints")
+    assert not accelerator_capacity(op.node(node.name)).get("aliyun.com/gpu", "0").strip("0")
+    classes = {c["metadata"]["name"] for c in op.json("get", "deviceclasses")["items"]}
+    assert GPU_CLASS in classes
+
+
+def test_a_one_gpu_claim_runs_with_the_runtimes_injection_through_cdi_and_is_released(
+    op: Operator, node: RealNode
+) -> None:
+    pod = claim_pod(op, node, "one-gpu", 1)
+    (alloc,) = held(node, "one-gpu")
+    assert len(alloc["devices"]) == 1
+    (record,) = injected(node, pod["metadata"]["uid"])
+    env = env_of(record)
+    assert env.get("LJ_ALLOCATION_ID") == alloc["id"], env
+    assert env.get("LJ_VISIBLE_DEVICES") == alloc["devices"][0]
+    assert "NVIDIA_VISIBLE_DEVICES" in env
+    index = alloc["devices"][0].rsplit("-", 1)[1]
+    paths = {d.get("path") for d in record.get("devices", [])}
+    assert f"/dev/nvidia{index}" in paths, paths
+    assert len(cdi_specs(node)) == 1
+    delete_and_expect_release(op, node, "one-gpu")
+    wait_for("the claim's CDI spec removed", lambda: not cdi_specs(node), 60)
+
+
+def test_two_gpus_on_one_nvlink_island(op: Operator, node: RealNode) -> None:
+    island = f"{DRIVER}/nvlinkIsland"
+    claim_pod(op, node, "pair", 2, [{"requests": ["gpus"], "matchAttribute": island}])
+    (alloc,) = held(node, "pair")
+    assert len(alloc["devices"]) == 2
+    found = devices(op, node)
+    by_runtime_id = {d["attributes"]["runtimeDeviceID"]["string"]: d for d in found.values()}
+    islands = {json.dumps(by_runtime_id[i]["attributes"]["nvlinkIsland"]) for i in alloc["devices"]}
+    assert len(islands) == 1, islands
+    delete_and_expect_release(op, node, "pair")
+
+
+def test_plugin_and_kubelet_restarts_repeat_nothing_and_lose_nothing(
+    op: Operator, node: RealNode
+) -> None:
+    claim_pod(op, node, "survivor", 1)
+    before = held(node, "survivor")
+    assert len(before) == 1
+    old = plugin_pod(op, node)
+    assert old is not None
+    op.kubectl("-n", NS, "delete", "pod", old["metadata"]["name"], "--wait=true")
+    wait_for(
+        "a new DRA plugin pod",
+        lambda: (p := plugin_pod(op, node)) and p["metadata"]["uid"] != old["metadata"]["uid"],
+        180,
+    )
+    node.restart("kubelet")
+    wait_for("the pod still running", lambda: running(op, "survivor"), 120)
+    assert held(node, "survivor") == before
+    assert len(allocations(node)) == 1
+    delete_and_expect_release(op, node, "survivor")
+
+
+def test_an_unhealthy_gpu_is_tainted_avoided_and_cleared_on_recovery(
+    op: Operator, node: RealNode
+) -> None:
+    sick = "gpu-7"
+    simulator_control(node, "/health", {"device": sick, "healthy": False, "reason": "xid-79"})
+
+    def tainted() -> bool:
+        d = next(d for d in devices(op, node).values() if d["attributes"]["runtimeDeviceID"] == {
+            "string": sick})  # fmt: skip
+        return any(t["key"] == TAINT for t in d.get("taints", []))
+
+    try:
+        wait_for(f"{sick} tainted", tainted, 60)
+        claim_pod(op, node, "seven", 7)
+        (alloc,) = held(node, "seven")
+        assert sick not in alloc["devices"]
+        delete_and_expect_release(op, node, "seven")
+    finally:
+        simulator_control(node, "/health", {"device": sick, "healthy": True})
+    wait_for(f"{sick}'s taint cleared", lambda: not tainted(), 60)
