@@ -85,9 +85,7 @@ def test_probes_and_ports_are_the_ones_the_component_listens_on(
     package = "lj_runtimekit_" + component.replace("-", "_")
     loaded: Any = importlib.import_module(f"{package}.settings").load(argv, env)
     listens = getattr(loaded, "port", None) or loaded.metrics_port
-    workloads = [
-        o for o in static_objects([component]) if o["kind"] in {"DaemonSet", "Deployment"}
-    ]
+    workloads = [o for o in static_objects([component]) if o["kind"] in {"DaemonSet", "Deployment"}]
     assert workloads
     for workload in workloads:  # the device plugin's DRA DaemonSet listens where it does
         (c,) = containers(workload)
