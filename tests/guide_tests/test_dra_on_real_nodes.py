@@ -4,7 +4,8 @@ labelled for DRA mode; kube-scheduler allocates the claims, the kubelet calls ou
 
 A claim for one GPU and one for two GPUs on one NVLink island each give a pod that runs with the
 Runtime's injection reaching the container through CDI (the env, the device nodes); deleting the
-pods releases everything in the Runtime and removes their CDI specs. A restart of the plugin and
+pods releases everything in the Runtime and removes their CDI specs; the exporter attributes the
+claim's GPU to its pod. A restart of the plugin and
 one of the kubelet while a pod holds a claim allocate nothing again and lose nothing: the pod's
 deletion afterwards still releases. A device the Runtime reports unhealthy is tainted in the
 ResourceSlice and a claim for seven GPUs avoids it; recovery clears the taint. The node never
@@ -26,6 +27,8 @@ from lj_runtimekit_testkit.suite import (
     all_running,
     allocations,
     injected,
+    metrics,
+    pod_series,
     simulator_control,
     wait_for,
     workload,
@@ -182,6 +185,8 @@ def test_a_one_gpu_claim_runs_with_the_runtimes_injection_through_cdi_and_is_rel
     paths = {d.get("path") for d in record.get("devices", [])}
     assert f"/dev/nvidia{index}" in paths, paths
     assert len(cdi_specs(node)) == 1
+    # the exporter attributes the claim's GPU to the pod (pod-resources' dynamic_resources)
+    wait_for("the exporter's series of the pod", lambda: pod_series(metrics(node), "one-gpu"), 60)
     delete_and_expect_release(op, node, "one-gpu")
     wait_for("the claim's CDI spec removed", lambda: not cdi_specs(node), 60)
 

@@ -102,3 +102,60 @@ def test_without_runtime_allocations_the_kubelet_alone_attributes_whole_devices_
     assert rows["w"].allocated_core_ratio == 1.0
     assert (rows["s"].device_id, rows["s"].allocated_core_ratio) == ("gpu-1", 0.25)
     assert rows["s"].allocated_memory_bytes == 4 * GIB
+
+
+def test_dra_allocations_go_to_the_live_container_the_driver_recorded() -> None:
+    """DRA (issue 24): the kubelet's pod-resources lists a container's prepared claims under
+    ``dynamic_resources``; the driver recorded that container with the Runtime at prepare."""
+    allocs = (
+        Allocation("d1", "ml", "train", "u1", "main", "aliyun.com/gpu", ("gpu-0", "gpu-1")),
+        Allocation("d2", "ml", "infer", "u2", "main", "aliyun.com/gpu-core", ("gpu-2",), 30, GIB),
+        Allocation("d3", "ml", "gone", "u3", "main", "aliyun.com/gpu", ("gpu-3",)),
+    )
+    held = (
+        Held("ml", "train", "main", "dra:lj-runtimekit.aliyun.com", ("gpu-0",)),
+        Held("ml", "train", "main", "dra:lj-runtimekit.aliyun.com", ("gpu-1",)),
+        Held("ml", "infer", "main", "dra:lj-runtimekit.aliyun.com", ("gpu-2",)),
+    )
+    got = owners(join(allocs, held))
+    assert got == {
+        "d1": ("train", "main", ("gpu-0", "gpu-1")),
+        "d2": ("infer", "main", ("gpu-2",)),
+    }, "a pod no longer alive (gone) gets no row"
+    # a DRA claim's device names never stand for device-plugin units of the same name
+    assert all(not a.id.startswith("kubelet:") for a in join(allocs, held))
+
+
+def test_pod_resources_dynamic_resources_become_dra_holdings() -> None:
+    from lj_runtimekit_exporter.kubelet import held_from_proto
+    from lj_runtimekit_interface.podresources.v1 import api_pb2
+
+    resp = api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            api_pb2.PodResources(
+                name="train",
+                namespace="ml",
+                containers=[
+                    api_pb2.ContainerResources(
+                        name="main",
+                        dynamic_resources=[
+                            api_pb2.DynamicResource(
+                                claim_name="c",
+                                claim_namespace="ml",
+                                claim_resources=[
+                                    api_pb2.ClaimResource(
+                                        driver_name="lj-runtimekit.aliyun.com",
+                                        pool_name="node-a",
+                                        device_name="gpu-0",
+                                    )
+                                ],
+                            )
+                        ],
+                    )
+                ],
+            )
+        ]
+    )
+    assert held_from_proto(resp) == (
+        Held("ml", "train", "main", "dra:lj-runtimekit.aliyun.com", ("gpu-0",)),
+    )

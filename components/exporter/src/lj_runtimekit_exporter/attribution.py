@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .snapshot import Allocation, Held, Pod, Usage
+from .snapshot import DRA_RESOURCE_PREFIX, Allocation, Held, Pod, Usage
 
 SHARE_SEPS = ("::core-", "::mem-")
 """How the device plugin names share units: ``<device id>::core-<n>``, ``<device id>::mem-<n>``."""
@@ -44,6 +44,8 @@ def _index(
     whole: dict[str, tuple[tuple[str, str, str], str]] = {}
     shares: dict[tuple[str, str, str], _Shares] = {}
     for h in held:
+        if h.resource.startswith(DRA_RESOURCE_PREFIX):
+            continue
         owner = (h.namespace, h.pod, h.container)
         for unit in h.device_ids:
             sh = _share(unit)
@@ -83,11 +85,21 @@ def join(
     share then, from the kubelet's units.
     """
     whole, shares = _index(held)
+    # DRA: the driver records the claim's pod and container with the Runtime when the kubelet
+    # prepares it; pod-resources says that container is alive and holds a claim of the driver.
+    dra = {
+        (h.namespace, h.pod, h.container)
+        for h in held
+        if h.resource.startswith(DRA_RESOURCE_PREFIX)
+    }
     out: list[Allocation] = []
     covered: set[str] = set()
     claimed: set[tuple[str, str, str]] = set()
     pending_shared: list[Allocation] = []
     for a in allocations or ():
+        if (a.namespace, a.pod, a.container) in dra:
+            out.append(a)
+            continue
         if a.core_percent > 0 or a.memory_bytes > 0:
             if (a.namespace, a.pod, a.container) in shares:
                 claimed.add((a.namespace, a.pod, a.container))

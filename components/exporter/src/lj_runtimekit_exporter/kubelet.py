@@ -13,7 +13,7 @@ import grpc
 from lj_runtimekit_interface.podresources.v1 import api_pb2, api_pb2_grpc
 
 from .errors import TemporaryError
-from .snapshot import Held, Pod
+from .snapshot import DRA_RESOURCE_PREFIX, Held, Pod
 
 #: A node's pod list is a few MiB at most (110 pods of a few KiB); reading more would let one
 #: bad answer take the exporter's memory.
@@ -113,14 +113,24 @@ class PodResourcesUnavailable(TemporaryError):
 
 
 def held_from_proto(resp: api_pb2.ListPodResourcesResponse) -> tuple[Held, ...]:
-    """One :class:`Held` per container and device resource of the kubelet's answer."""
-    return tuple(
+    """One :class:`Held` per container and device resource of the kubelet's answer, and one per
+    container and DRA driver of its prepared claims (resource ``dra:<driver>``)."""
+    plugin = tuple(
         Held(p.namespace, p.name, c.name, d.resource_name, tuple(d.device_ids))
         for p in resp.pod_resources
         for c in p.containers
         for d in c.devices
         if d.device_ids
     )
+    dra = tuple(
+        Held(p.namespace, p.name, c.name, DRA_RESOURCE_PREFIX + r.driver_name, (r.device_name,))
+        for p in resp.pod_resources
+        for c in p.containers
+        for claim in c.dynamic_resources
+        for r in claim.claim_resources
+        if r.driver_name and r.device_name
+    )
+    return plugin + dra
 
 
 class PodResources:

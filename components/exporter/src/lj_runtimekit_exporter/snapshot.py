@@ -111,6 +111,11 @@ class Pod:
         return self.phase in ("Succeeded", "Failed")
 
 
+DRA_RESOURCE_PREFIX = "dra:"
+"""How :class:`Held` names a DRA claim's devices: resource ``dra:<driver>`` (pod-resources'
+``dynamic_resources``), devices the driver's ResourceSlice device names."""
+
+
 @dataclass(frozen=True)
 class Held:
     """What the kubelet says one container holds of one resource (pod-resources ``List``)."""
