@@ -9,7 +9,9 @@ claim's GPU to its pod. A restart of the plugin and
 one of the kubelet while a pod holds a claim allocate nothing again and lose nothing: the pod's
 deletion afterwards still releases. A device the Runtime reports unhealthy is tainted in the
 ResourceSlice and a claim for seven GPUs avoids it; recovery clears the taint. The node never
-advertises the devices as extended resources while in DRA mode."""
+advertises the devices as extended resources while in DRA mode, and a pod asking
+``aliyun.com/gpu: 1`` is served by DRA through the DeviceClass' extendedResourceName. A second
+node with eight PPUs serves a PPU claim the same way."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ pytestmark = [pytest.mark.realnode, pytest.mark.images, pytest.mark.timeout(900)
 WORK_NS = "dra"
 DRIVER = "lj-runtimekit.aliyun.com"
 GPU_CLASS = "gpu.lj-runtimekit.aliyun.com"
+PPU_CLASS = "ppu.lj-runtimekit.aliyun.com"
 MODE_LABEL = "lj_runtimekit_device_mode"
 PLUGIN_APP = "lj-runtimekit-dra-plugin"
 TAINT = "lj-runtimekit.aliyun.com/unhealthy"
@@ -244,3 +247,65 @@ def test_an_unhealthy_gpu_is_tainted_avoided_and_cleared_on_recovery(
     finally:
         simulator_control(node, "/health", {"device": sick, "healthy": True})
     wait_for(f"{sick}'s taint cleared", lambda: not tainted(), 60)
+
+
+def test_a_pod_asking_the_extended_resource_is_served_by_dra_through_the_mapping(
+    op: Operator, node: RealNode
+) -> None:
+    """``aliyun.com/gpu: 1`` and no claim: kube-scheduler makes the claim from the DeviceClass
+    whose extendedResourceName it is (the node does not advertise the resource itself)."""
+    body = workload("mapped", WORK_NS, {"aliyun.com/gpu": "1"}, node=node.name, scheduler=None)
+    apply(op, "mapped", body)
+    pod = wait_for("pod mapped running", lambda: running(op, "mapped"), 180)
+    (alloc,) = held(node, "mapped")
+    assert len(alloc["devices"]) == 1
+    (record,) = injected(node, pod["metadata"]["uid"])
+    assert env_of(record).get("LJ_ALLOCATION_ID") == alloc["id"]
+    op.kubectl("-n", WORK_NS, "delete", "pod", "mapped", "--wait=true", "--timeout=120s")
+    wait_for("mapped's allocation released", lambda: not held(node, "mapped"), 120)
+
+
+@pytest.fixture(scope="module")
+def ppu_node(real_cluster: RealCluster, node: RealNode) -> RealNode:
+    """A second node in DRA mode, with eight PPUs (the suite is deployed by ``node``)."""
+    rc = real_cluster
+    ppu = rc.add_node("dra-ppu", "ppu-8x")
+    op = rc.operator
+    op.label(ppu.name, True)
+    op.kubectl("label", "node", ppu.name, f"{MODE_LABEL}=dra", "--overwrite")
+    wait_for(f"{ppu.name} enabled", functools.partial(enabled, op, ppu.name), 240)
+    wait_for("the DRA plugin running there", lambda: plugin_pod(op, ppu), 180)
+    wait_for("eight PPUs in its ResourceSlices", lambda: len(devices(op, ppu)) == 8, 120)
+    return ppu
+
+
+def test_a_ppu_claim_runs_and_is_released(op: Operator, ppu_node: RealNode) -> None:
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-ppu", "namespace": WORK_NS},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "ppus",
+                            "exactly": {"deviceClassName": PPU_CLASS, "count": 1},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    pod = workload("one-ppu", WORK_NS, {}, node=ppu_node.name, scheduler=None)
+    pod["spec"]["resourceClaims"] = [{"name": "ppus", "resourceClaimTemplateName": "one-ppu"}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "ppus"}]}
+    apply(op, "one-ppu", template, pod)
+    live = wait_for("pod one-ppu running", lambda: running(op, "one-ppu"), 180)
+    (alloc,) = held(ppu_node, "one-ppu")
+    assert alloc["devices"][0].startswith("ppu-")
+    (record,) = injected(ppu_node, live["metadata"]["uid"])
+    env = env_of(record)
+    assert env.get("LJ_ALLOCATION_ID") == alloc["id"]
+    assert "ALIXPU_VISIBLE_DEVICES" in env, env
+    delete_and_expect_release(op, ppu_node, "one-ppu")
