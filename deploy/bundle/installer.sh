@@ -174,6 +174,20 @@ tag_loaded() { # docker-load-output target
   docker tag "${1##* }" "$2"
 }
 
+# podman pushes only from its own image store: pull the archive in, tag, push, then take out
+# again what this run put there (an image the store already held under its name stays).
+podman_push() { # archive ref target
+  had=false
+  podman image exists "$2" 2>/dev/null && had=true
+  # shellcheck disable=SC2086
+  id=$(podman pull -q "oci-archive:$WORK/$1") && podman tag "$id" "$3" &&
+    podman push -q $INSECURE_FLAG "$3"
+  rc=$?
+  podman rmi "$3" >/dev/null 2>&1
+  $had || podman rmi "$2" >/dev/null 2>&1
+  return "$rc"
+}
+
 push_one() {
   archive=$1 ref=$2 digest=$3
   target=$(target_of "$ref")
@@ -186,9 +200,7 @@ push_one() {
       # shellcheck disable=SC2086
       out=$(skopeo copy --quiet --preserve-digests $INSECURE_FLAG "oci-archive:$WORK/$archive" "docker://$target" 2>&1); rc=$? ;;
     podman)
-      # shellcheck disable=SC2086
-      out=$( { id=$(podman pull -q "oci-archive:$WORK/$archive") && podman tag "$id" "$target" &&
-        podman push -q $INSECURE_FLAG "$target"; } 2>&1); rc=$? ;;
+      out=$(podman_push "$archive" "$ref" "$target" 2>&1); rc=$? ;;
     docker)
       out=$( { loaded=$(docker load -q -i "$WORK/$archive") && tag_loaded "$loaded" "$target" &&
         docker push -q "$target"; } 2>&1); rc=$? ;;

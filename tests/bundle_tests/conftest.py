@@ -1,7 +1,8 @@
 """Fixtures of the offline-bundle tests: the bundle ``make bundle`` would make, built once per
 session from ``build/images`` (``make images`` runs first, once, when they are missing) with the
-bundle's own builder, unpacked as an operator unpacks it; a way to run its installer; and the
-harness' loopback registry (``registry``, module scope)."""
+bundle's own builder, unpacked as an operator unpacks it; a way to run its installer (with the
+system's commands and no push or load tool but those a test names); the harness' loopback registry
+(``registry``, module scope); and skopeo and podman from the machine's packages."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,12 @@ BUILDER = DEPLOY / "bundle" / "build-bundle.py"
 PROJECT = "site/lj-runtimekit"
 #: The installer's exit codes (its --help lists them).
 E_USAGE, E_INTEGRITY, E_TOOL, E_IMAGE = 2, 3, 4, 5
+#: Every tool the installer may pick for push or load: hidden from ``only_path`` runs.
+SITE_TOOLS = frozenset({"docker", "podman", "skopeo", "crane", "ctr", "nerdctl"})
+#: The push tools the tests run for real from the machine's packages (tests/images/install-tools.sh
+#: installs them, as ``make images`` does).
+PACKAGED_TOOLS = ("skopeo", "podman")
+INSTALL_TOOLS = REPO / "tests" / "images" / "install-tools.sh"
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,9 @@ class Bundle:
     """The unpacked top folder ``lj-runtimekit-k8s-package.<V>/``."""
     run: Path
     manifest: dict[str, Any]
+    system_bin: Path
+    """The system's own commands (/usr/bin, /bin) without any push or load tool (see
+    :data:`SITE_TOOLS`): what ``only_path`` runs the installer with."""
 
     @property
     def version(self) -> str:
@@ -49,16 +59,18 @@ class Bundle:
         run: Path | None = None,
         path: Sequence[Path | str] = (),
         only_path: bool = False,
+        env: Mapping[str, str] | None = None,
         timeout: float = 300.0,
     ) -> subprocess.CompletedProcess[str]:
         """Run the installer (``run``: another copy of it) with ``path`` put first on PATH
-        (``only_path``: PATH is ``path`` plus /usr/bin and /bin, so no tool of this machine but
-        the system's is found)."""
-        base = "/usr/bin:/bin" if only_path else os.environ["PATH"]
-        env = {**os.environ, "PATH": os.pathsep.join([*map(str, path), base])}
+        (``only_path``: PATH is ``path`` plus :attr:`system_bin`, so of the push and load tools
+        only those in ``path`` are found, even where this machine has podman or skopeo in
+        /usr/bin). ``env`` is added to the environment."""
+        base = str(self.system_bin) if only_path else os.environ["PATH"]
+        environ = {**os.environ, **(env or {}), "PATH": os.pathsep.join([*map(str, path), base])}
         return subprocess.run(
             [str(run or self.run), *args],
-            env=env,
+            env=environ,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -104,7 +116,36 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
     (folder,) = site.iterdir()
     manifest = json.loads((folder / "MANIFEST.json").read_text())
     run = folder / manifest["installer"]["file"]
-    return Bundle(tarball, folder, run, manifest)
+    return Bundle(tarball, folder, run, manifest, system_commands(out / "system-bin"))
+
+
+def system_commands(folder: Path) -> Path:
+    """``folder`` with a link to each command of /usr/bin and /bin but :data:`SITE_TOOLS`."""
+    folder.mkdir()
+    for system in (Path("/usr/bin"), Path("/bin")):
+        for command in system.iterdir():
+            link = folder / command.name
+            if command.name in SITE_TOOLS or link.is_symlink() or not os.access(command, os.X_OK):
+                continue
+            link.symlink_to(command)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def packaged_tools() -> dict[str, Path]:
+    """skopeo and podman from the machine's packages (installed by install-tools.sh when
+    missing, as ``make images`` does): name → path."""
+    if not all(shutil.which(t) for t in PACKAGED_TOOLS):
+        done = subprocess.run(
+            [str(INSTALL_TOOLS)], capture_output=True, text=True, timeout=900, check=False
+        )
+        if done.returncode != 0:
+            pytest.fail(f"{INSTALL_TOOLS} failed:\n{done.stderr[-3000:]}", pytrace=False)
+    found = {t: shutil.which(t) for t in PACKAGED_TOOLS}
+    missing = [t for t, p in found.items() if p is None]
+    if missing:
+        pytest.fail(f"{' and '.join(missing)} not on PATH after {INSTALL_TOOLS}", pytrace=False)
+    return {t: Path(p) for t, p in found.items() if p}
 
 
 @pytest.fixture(scope="session")

@@ -123,6 +123,13 @@ def test_the_operator_chart_renders_deploys_operator_in_the_release_namespace(
         for s in got.get("subjects", []):
             assert s["namespace"] == namespace
             s["namespace"] = "kube-system"
+        if got["kind"] == "ValidatingAdmissionPolicy":
+            for cond in got["spec"]["matchConditions"]:
+                user = f"'system:serviceaccount:{namespace}:lj-runtimekit-operator'"
+                assert user in cond["expression"], cond
+                cond["expression"] = cond["expression"].replace(
+                    user, "'system:serviceaccount:kube-system:lj-runtimekit-operator'"
+                )
         if got["kind"] == "Deployment":
             tmpl = got["spec"]["template"]["metadata"]["labels"]
             for label in set(tmpl) - set(want["spec"]["template"]["metadata"]["labels"]):
@@ -138,6 +145,66 @@ def test_the_operator_chart_renders_deploys_operator_in_the_release_namespace(
     for o in objs:
         if o["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in o["metadata"], key(o)
+
+
+@pytest.mark.parametrize(
+    ("typo", "where"),
+    [
+        ("operater.tag=v1", "at '': additional properties 'operater'"),
+        (
+            "operator.imagePulPolicy=Always",
+            "at '/operator': additional properties 'imagePulPolicy'",
+        ),
+        ("operator.imagePullPolicy=Sometimes", "at '/operator/imagePullPolicy'"),
+        ("policy.creat=false", "at '/policy': additional properties 'creat'"),
+        (
+            "policy.spec.components.exportr.enabled=false",
+            "at '/policy/spec/components': additional properties 'exportr'",
+        ),
+        (
+            "policy.spec.components.exporter.enabeld=false",
+            "at '/policy/spec/components/exporter': additional properties 'enabeld'",
+        ),
+        # The suite lives in the release namespace: the only one the operator may write.
+        (
+            "policy.spec.namespace=gpu-system",
+            "at '/policy/spec': additional properties 'namespace'",
+        ),
+    ],
+    ids=lambda v: v.split("=")[0] if "=" in v else "",
+)
+def test_a_typo_in_the_operator_charts_values_is_refused_by_its_schema(
+    typo: str, where: str
+) -> None:
+    bad = subprocess.run(
+        [str(tool_dir() / "helm"), "template", "x", str(OPERATOR), "--set", typo],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode != 0, f"{typo} was accepted"
+    assert "values don't meet the specifications of the schema" in bad.stderr, bad.stderr
+    assert where in bad.stderr, bad.stderr
+
+
+def test_the_operator_charts_documented_values_pass_its_schema() -> None:
+    sets = [
+        "operator.tag=v9.9.7",
+        "operator.imagePullPolicy=Always",
+        "operator.resources.requests.cpu=10m",
+        "imagePullSecrets[0].name=site-registry",
+        "policy.spec.registry=mirror.example/gpu",
+        "policy.spec.components.controller.jobAgentImage=lj-runtimekit-controller-job-agent",
+        "policy.spec.components.exporter.nodeSelector.gpu=yes",
+    ]
+    objs = render(OPERATOR, *sets)
+    [dep] = [o for o in objs if o["kind"] == "Deployment"]
+    [c] = containers(dep)
+    assert c["image"].endswith("/lj-runtimekit-operator:v9.9.7")
+    assert c["resources"] == {"requests": {"cpu": "10m"}}
+    [policy] = [o for o in objs if o["kind"] == "RuntimeKitPolicy"]
+    assert policy["spec"]["registry"] == "mirror.example/gpu"
 
 
 def test_the_operator_charts_crds_are_deploys() -> None:

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Installs what `make images` needs from Debian when it is missing: buildah (builds the
-# Dockerfiles without a Docker engine) and debootstrap (makes the local base image).
+# Installs from Debian what is missing of: buildah (builds the Dockerfiles without a Docker
+# engine) and debootstrap (makes the local base image), which `make images` needs; skopeo and
+# podman, two of the push tools of the offline bundle's installer, which tests/bundle_tests runs
+# for real (`make test` runs `make images`, so a fresh machine gets them too).
 set -euo pipefail
 missing=()
 command -v buildah >/dev/null || missing+=(buildah)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+command -v skopeo >/dev/null || missing+=(skopeo)
+command -v podman >/dev/null || missing+=(podman)
 ((${#missing[@]})) || exit 0
 command -v apt-get >/dev/null || {
   echo "need ${missing[*]}: install them with your distribution's package manager" >&2; exit 1; }

@@ -20,14 +20,33 @@ from .conftest import Caller, eventually, ok
 pytestmark = pytest.mark.cluster
 
 LEVELS = ("restricted", "baseline", "privileged")
-WORKLOADS = [*FOLDERS, "job-agent"]
+#: workload → its manifest folder: the components', and the operator's (deploy/operator).
+MANIFESTS = {**FOLDERS, "operator": "operator"}
+WORKLOADS = [*MANIFESTS, "dra-plugin", "job-agent"]
+#: A workload that is not its folder's first: workload → (folder's component, workload name).
+OTHERS = {"dra-plugin": ("device-plugin", "lj-runtimekit-dra-plugin")}
 
 #: workload → the level it passes, and the Pod Security checks it fails at each stricter level
 #: (the check names the apiserver reports). Anything else failing is a regression.
 EXPECTED: dict[str, tuple[str, dict[str, set[str]]]] = {
     "scheduler": ("restricted", {}),
     "controller": ("restricted", {}),
+    "operator": ("restricted", {}),
     "device-plugin": (
+        "privileged",
+        {
+            "baseline": {"host namespaces", "hostPath volumes", "hostPort"},
+            "restricted": {
+                "host namespaces",
+                "hostPort",
+                "restricted volume types",
+                "runAsNonRoot != true",
+                "runAsUser=0",
+            },
+        },
+    ),
+    # the device plugin's DRA DaemonSet: the same pod shape, other host directories
+    "dra-plugin": (
         "privileged",
         {
             "baseline": {"host namespaces", "hostPath volumes", "hostPort"},
@@ -77,10 +96,11 @@ def pod_spec(workload: str) -> Obj:
         t = job_spec.JobTemplate(image="reg/lj-runtimekit-controller-job-agent:v1.13.0")
         spec: Obj = job_spec.manifest(t, "gpu-1", "enable", 1)["spec"]["template"]["spec"]
     else:
+        component, name = OTHERS.get(workload, (workload, f"lj-runtimekit-{workload}"))
         (obj,) = [
             o
-            for o in load_objects(manifest_files(FOLDERS[workload]))
-            if o["kind"] in ("Deployment", "DaemonSet")
+            for o in load_objects(manifest_files(MANIFESTS[component]))
+            if o["kind"] in ("Deployment", "DaemonSet") and o["metadata"]["name"] == name
         ]
         spec = obj["spec"]["template"]["spec"]
     # Pod Security looks at neither; the ServiceAccount and the system priority classes exist only

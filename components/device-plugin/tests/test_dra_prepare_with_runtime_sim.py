@@ -212,3 +212,113 @@ async def test_a_claim_without_allocation_or_pod_is_refused_clearly(rig: Any) ->
     api.claims["ns", "other"] = other
     out = await p.prepare([ClaimRef("ns", "other", "u3")])
     assert "no device of driver" in out["u3"].error
+
+
+# --- GPU shares (consumable capacity) ---------------------------------------------------------
+GIB = 1 << 30
+Share = tuple[str, str, str, str]
+"""(device, shareID, cores, memory) of one result, as the scheduler writes them."""
+
+
+def shared_claim(
+    name: str, uid: str, shares: list[Share], *, pod: str = "p", request: str = "gpus"
+) -> Any:
+    c = claim(name, uid, [s[0] for s in shares], pod=pod, request=request)
+    for result, (_, share_id, cores, memory) in zip(
+        c["status"]["allocation"]["devices"]["results"], shares, strict=True
+    ):
+        result["shareID"] = share_id
+        result["consumedCapacity"] = {"cores": cores, "memory": memory}
+    return c
+
+
+def cdi_env(spec: Any) -> list[dict[str, str]]:
+    return [dict(e.split("=", 1) for e in d["containerEdits"]["env"]) for d in spec["devices"]]
+
+
+async def test_two_shares_of_one_gpu_are_two_runtime_shares_and_a_whole_claim_is_refused(
+    runtime_sim: Any, rig: Any
+) -> None:
+    api, make, names, _ = rig
+    p = make()
+    gpu = sorted(names)[0]
+    a = api.add(shared_claim("a", "uid-a", [(names[gpu], "s-a", "30", "10Gi")], pod="pa"))
+    b = api.add(shared_claim("b", "uid-b", [(names[gpu], "s-b", "31", "20Gi")], pod="pb"))
+    out = await p.prepare([a, b])
+    assert [out[a.uid].error, out[b.uid].error] == ["", ""]
+    held = sorted(runtime_sim.allocations(), key=lambda x: x.pod.name)
+    assert [(x.resource_name, x.device_ids, x.core_percent, x.memory_bytes) for x in held] == [
+        ("aliyun.com/gpu-core", (gpu,), 30, 10 * GIB),
+        ("aliyun.com/gpu-core", (gpu,), 31, 20 * GIB),
+    ]
+    (env,) = cdi_env(json.loads(p.spec_path(a.uid).read_text()))
+    assert env["LJ_GPU_CORE_PERCENT"] == "30"
+    assert env["LJ_GPU_MEMORY_LIMIT_BYTES"] == str(10 * GIB)
+    assert env["LJ_ALLOCATION_ID"] == held[0].id
+    (device,) = out[a.uid].devices
+    assert (device.device, device.share_id) == (names[gpu], "s-a")
+
+    # the scheduler would never do it; the Runtime refuses it too, and nothing is left of it
+    whole = api.add(claim("whole", "uid-whole", [names[gpu]], pod="pw"))
+    assert "shared by" in (await p.prepare([whole]))[whole.uid].error
+    # nor does it let shares over-commit the GPU
+    big = api.add(shared_claim("big", "uid-big", [(names[gpu], "s-c", "40", "1Gi")], pod="pc"))
+    assert "39% of 100% free" in (await p.prepare([big]))[big.uid].error
+    assert len(runtime_sim.allocations()) == 2
+
+    assert await p.unprepare([a, b]) == {a.uid: "", b.uid: ""}
+    assert runtime_sim.allocations() == []
+
+
+async def test_one_claim_with_two_shares_of_one_gpu_and_one_of_another(
+    runtime_sim: Any, rig: Any
+) -> None:
+    api, make, names, _ = rig
+    p = make()
+    g0, g1 = sorted(names)[:2]
+    shares = [
+        (names[g0], "s-1", "20", "8Gi"),
+        (names[g0], "s-2", "25", "4Gi"),
+        (names[g1], "s-3", "50", "1Mi"),
+    ]
+    ref = api.add(shared_claim("three", "uid-three", shares))
+    out = await p.prepare([ref])
+    assert not out[ref.uid].error, out[ref.uid].error
+    held = {x.core_percent: x for x in runtime_sim.allocations()}
+    assert {(c, x.device_ids, x.memory_bytes) for c, x in held.items()} == {
+        (20, (g0,), 8 * GIB),
+        (25, (g0,), 4 * GIB),
+        (50, (g1,), 1 << 20),
+    }
+    spec = json.loads(p.spec_path(ref.uid).read_text())
+    validate_spec(spec)
+    assert len(spec["devices"]) == 3  # one CDI device per share, though two are of one GPU
+    assert [e["LJ_GPU_CORE_PERCENT"] for e in cdi_env(spec)] == ["20", "25", "50"]
+    assert [d.share_id for d in out[ref.uid].devices] == ["s-1", "s-2", "s-3"]
+    assert len({i for d in out[ref.uid].devices for i in d.cdi_device_ids}) == 3
+    assert sorted(p.checkpoint.claims[ref.uid].allocation_ids) == sorted(
+        x.id for x in held.values()
+    )
+    assert (await make().prepare([ref])) == out  # a restart answers the same, allocates nothing
+    assert len(runtime_sim.allocations()) == 3
+    assert await p.unprepare([ref]) == {ref.uid: ""}
+    assert runtime_sim.allocations() == []
+
+
+async def test_a_result_that_consumed_the_whole_gpu_is_a_whole_allocation(
+    runtime_sim: Any, rig: Any
+) -> None:
+    api, make, names, _ = rig
+    p = make()
+    g0, g1 = sorted(names)[:2]
+    memory = next(d for d in runtime_sim.devices() if d.id == g0).memory_bytes
+    full = str(memory)  # the apiserver may write it either way: "80Gi" or bytes
+    whole = [(names[g0], "s-1", "100", f"{memory // GIB}Gi"), (names[g1], "s-2", "100", full)]
+    ref = api.add(shared_claim("pair", "uid-pair", whole))
+    out = await p.prepare([ref])
+    assert not out[ref.uid].error, out[ref.uid].error
+    (alloc,) = runtime_sim.allocations()  # one Runtime allocation for both, as without shares
+    assert (alloc.resource_name, sorted(alloc.device_ids)) == ("aliyun.com/gpu", [g0, g1])
+    assert not alloc.shared
+    env = cdi_env(json.loads(p.spec_path(ref.uid).read_text()))
+    assert all("LJ_GPU_CORE_PERCENT" not in e for e in env)

@@ -26,6 +26,7 @@ def test_dra_field_numbers() -> None:
         "pool_name": 2,
         "device_name": 3,
         "cdi_device_ids": 4,
+        "share_id": 5,
     }
     assert _fields(dra.NodePrepareResourceResponse.DESCRIPTOR) == {"devices": 1, "error": 2}
     assert _fields(dra.NodeUnprepareResourceResponse.DESCRIPTOR) == {"error": 1}

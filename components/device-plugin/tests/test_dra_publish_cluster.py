@@ -17,6 +17,7 @@ from kubernetes import client as sync_client
 from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio import client
 
+from lj_runtimekit_device_plugin.dra_claims import claim_allocation
 from lj_runtimekit_device_plugin.dra_publish import GROUP, PLURAL, VERSION, SlicePublisher
 from lj_runtimekit_device_plugin.dra_slices import DEFAULT_DRIVER, UNHEALTHY_TAINT_KEY
 from lj_runtimekit_device_plugin.kube import api_client
@@ -135,7 +136,20 @@ async def test_first_publish_is_accepted_and_an_equal_one_writes_nothing(
     assert gpu3["attributes"]["computeCapability"] == {"version": "9.0.0"}
     assert gpu3["attributes"]["driverVersion"] == {"version": "550.54.15"}
     assert gpu3["attributes"]["runtimeVersion"] == {"version": "1.14.0"}
-    assert gpu3["capacity"] == {"memory": {"value": "80Gi"}}
+    assert gpu3["allowMultipleAllocations"] is True
+    assert gpu3["capacity"] == {
+        "cores": {
+            "value": "100",
+            "requestPolicy": {
+                "default": "100",
+                "validRange": {"min": "1", "max": "100", "step": "1"},
+            },
+        },
+        "memory": {
+            "value": "80Gi",
+            "requestPolicy": {"default": "80Gi", "validRange": {"min": "1Mi"}},
+        },
+    }
 
     assert not await publisher.publish(gpus(8), RUNTIME, facts(8))
     assert publisher.writes == 1
@@ -391,3 +405,121 @@ CLAIM = {
         }
     },
 }
+
+
+GPU_0 = 'device.attributes["lj-runtimekit.aliyun.com"].index == 0'
+
+
+def claim_for(name: str, device_class: str, **exactly: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": device_class, **exactly}}
+                ]
+            }
+        },
+    }
+
+
+def share(name: str, cores: str, memory: str) -> dict[str, Any]:
+    """A share of GPU 0 (the selector makes the test independent of the allocator's order)."""
+    return claim_for(
+        name,
+        "gpu-share.lj-runtimekit.aliyun.com",
+        selectors=[{"cel": {"expression": GPU_0}}],
+        capacity={"requests": {"cores": cores, "memory": memory}},
+    )
+
+
+async def unschedulable(cluster: Any, namespace: str, name: str) -> str:
+    """The scheduler's message once it found no place for the pod (30 s at most)."""
+    deadline = time.monotonic() + 30
+    with cluster.api_client() as a:
+        core = sync_client.CoreV1Api(a)
+        while True:
+            got: Any = core.read_namespaced_pod(name, namespace)
+            assert not got.spec.node_name, f"pod {name} was scheduled to {got.spec.node_name}"
+            for c in got.status.conditions or []:
+                if c.type == "PodScheduled" and c.reason == "Unschedulable":
+                    return str(c.message)
+            assert time.monotonic() < deadline, f"pod {name} neither scheduled nor refused"
+            await asyncio.sleep(0.2)
+
+
+async def test_two_shares_land_on_one_gpu_and_whole_claims_never_join_them(
+    cluster: Any, api: client.ApiClient, namespace: str, device_classes: dict[str, Any]
+) -> None:
+    assert "extendedResourceName" not in device_classes["gpu-share.lj-runtimekit.aliyun.com"]
+    (node,) = cluster.create_gpu_nodes(1, prefix="dra-shares", gpus=0)
+    pods = ("share-a", "share-b", "whole", "whole-too", "share-too-big")
+    try:
+        await SlicePublisher(api, node).publish(gpus(2), RUNTIME, facts(2))
+        with cluster.api_client() as a:
+            custom = sync_client.CustomObjectsApi(a)
+            core = sync_client.CoreV1Api(a)
+
+            def create(claim: dict[str, Any], pod_name: str) -> None:
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "resourceclaims", claim
+                )
+                core.create_namespaced_pod(
+                    namespace, pod(pod_name, node, claim=claim["metadata"]["name"])
+                )
+
+            def results(claim_name: str) -> list[dict[str, Any]]:
+                got: Any = custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "resourceclaims", claim_name
+                )
+                found: list[dict[str, Any]] = got["status"]["allocation"]["devices"]["results"]
+                return found
+
+            create(share("a", "30", "10Gi"), "share-a")
+            await scheduled(cluster, namespace, "share-a")
+            create(share("b", "30.5", "20Gi"), "share-b")
+            await scheduled(cluster, namespace, "share-b")
+            (ra,) = results("a")
+            (rb,) = results("b")
+            assert ra["device"] == rb["device"] == "gpu-0"
+            assert ra["shareID"] != rb["shareID"]
+            assert ra["consumedCapacity"] == {"cores": "30", "memory": "10Gi"}
+            # 30.5 % is rounded up to the policy's step of whole percents
+            assert rb["consumedCapacity"] == {"cores": "31", "memory": "20Gi"}
+            stored: Any = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "resourceclaims", "a"
+            )
+            (parsed,) = claim_allocation(stored).results
+            assert parsed.share_id == ra["shareID"]
+            assert parsed.consumed == {"cores": 30, "memory": 10 * GIB}
+
+            # A claim for a whole GPU names no capacity: it consumes all of one, so only gpu-1
+            create(claim_for("whole", "gpu.lj-runtimekit.aliyun.com", count=1), "whole")
+            await scheduled(cluster, namespace, "whole")
+            (rw,) = results("whole")
+            assert rw["device"] == "gpu-1"
+            assert rw["consumedCapacity"] == {"cores": "100", "memory": "80Gi"}
+            # ... and a second one finds none: gpu-0 is shared, gpu-1 is taken whole
+            create(claim_for("whole-too", "gpu.lj-runtimekit.aliyun.com", count=1), "whole-too")
+            assert "cannot allocate all claims" in await unschedulable(
+                cluster, namespace, "whole-too"
+            )
+            # a share over what is left of gpu-0 (39 % free) finds no place either
+            create(share("too-big", "40", "1Gi"), "share-too-big")
+            await unschedulable(cluster, namespace, "share-too-big")
+    finally:
+        with cluster.api_client() as a:
+            for s in slices_of(cluster, node):
+                sync_client.CustomObjectsApi(a).delete_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, s["metadata"]["name"]
+                )
+            core = sync_client.CoreV1Api(a)
+            for name in pods:
+                try:
+                    core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+            core.delete_node(node)

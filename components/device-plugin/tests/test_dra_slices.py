@@ -8,13 +8,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lj_runtimekit_device_plugin.dra_claims import quantity
 from lj_runtimekit_device_plugin.dra_slices import (
     NodeFacts,
     device_names,
     resource_slices,
     semver,
+    shareable,
 )
-from lj_runtimekit_device_plugin.model import Device, Link
+from lj_runtimekit_device_plugin.model import GIB, Device, Link, Partition
 
 FACTS = NodeFacts(
     node="gpu-node-0",
@@ -62,7 +64,20 @@ def test_golden_eight_gpus_in_two_nvlink_islands(eight_gpus: list[Device]) -> No
             "driverVersion": {"version": "535.104.5"},
             "runtimeVersion": {"version": "1.13.0"},
         },
-        "capacity": {"memory": {"value": "80Gi"}},
+        "allowMultipleAllocations": True,
+        "capacity": {
+            "cores": {
+                "value": "100",
+                "requestPolicy": {
+                    "default": "100",
+                    "validRange": {"min": "1", "max": "100", "step": "1"},
+                },
+            },
+            "memory": {
+                "value": "80Gi",
+                "requestPolicy": {"default": "80Gi", "validRange": {"min": "1Mi"}},
+            },
+        },
     }
     islands = [d["attributes"]["nvlinkIsland"]["int"] for d in spec["devices"]]
     assert islands == [0, 0, 0, 0, 1, 1, 1, 1]
@@ -98,6 +113,28 @@ def test_large_pools_are_split_and_counted() -> None:
     slices = resource_slices(devices, FACTS)
     assert [len(s["spec"]["devices"]) for s in slices] == [64, 64, 64, 8]
     assert len({s["metadata"]["name"] for s in slices}) == 4
+
+
+def test_only_whole_unpartitioned_gpus_with_memory_can_be_shared() -> None:
+    mig = Partition(id="gpu-1-mig-0", profile="1g.10gb", memory_bytes=10 * GIB)
+    devices = [
+        Device(id="gpu-0", index=0, memory_bytes=80 * GIB),
+        Device(id="gpu-1", index=1, memory_bytes=80 * GIB, partition_mode="mig", partitions=(mig,)),
+        Device(id="gpu-2", index=2, memory_bytes=0),
+        Device(id="ppu-0", index=3, kind="ppu", memory_bytes=96 * GIB),
+        Device(id="gpu-4", index=4, memory_bytes=80 * GIB + 512),
+    ]
+    (rs,) = resource_slices(devices, FACTS)
+    got = {d["name"]: d for d in rs["spec"]["devices"]}
+    assert [n for n, d in got.items() if d.get("allowMultipleAllocations")] == ["gpu-0", "gpu-4"]
+    assert got["gpu-1"]["capacity"] == {"memory": {"value": "80Gi"}}
+    assert "capacity" not in got["gpu-2"]
+    assert got["ppu-0"]["capacity"] == {"memory": {"value": "96Gi"}}
+    # memory that is no whole GiB is published in bytes, its whole as the default
+    memory = got["gpu-4"]["capacity"]["memory"]
+    assert memory["value"] == memory["requestPolicy"]["default"] == str(80 * GIB + 512)
+    assert not shareable(Device(id="gpu-5", binding="vfio", memory_bytes=80 * GIB))
+    assert not shareable(Device(id="gpu-6", memory_bytes=(1 << 20) - 1))
 
 
 def test_semver() -> None:
@@ -149,10 +186,26 @@ def assert_valid(rs: dict[str, Any]) -> None:
         for key, value in caps.items():
             assert C_IDENTIFIER.match(key)
             assert QUANTITY.match(value["value"])
+            if "requestPolicy" in value:
+                assert d.get("allowMultipleAllocations") is True
+                assert_valid_policy(value["value"], value["requestPolicy"])
         assert len(d.get("taints", [])) <= 4
         for taint in d.get("taints", []):
             assert taint["effect"] in ("NoSchedule", "NoExecute", "None")
             assert LABEL_VALUE.match(taint.get("value", ""))
+
+
+def assert_valid_policy(capacity: str, policy: dict[str, Any]) -> None:
+    """A validRange policy as the apiserver checks it: a default, min <= default, max and every
+    step within the capacity, default and max whole steps from min."""
+    r = policy["validRange"]
+    values = [capacity, policy["default"], r["min"], r.get("max", capacity), r.get("step", "1")]
+    cap, default, low, high, step = (quantity(v) or 0 for v in values)
+    assert 0 < low <= default <= high <= cap
+    assert step > 0
+    assert low + step <= cap or "step" not in r
+    assert (default - low) % step == 0
+    assert (high - low) % step == 0
 
 
 @st.composite

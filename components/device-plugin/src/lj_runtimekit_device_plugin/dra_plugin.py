@@ -60,6 +60,7 @@ class DRAPlugin(dra_grpc.DRAPluginServicer):
                     pool_name=d.pool,
                     device_name=d.device,
                     cdi_device_ids=list(d.cdi_device_ids),
+                    share_id=d.share_id or None,
                 )
                 for d in outcome.devices
             )

@@ -2,11 +2,15 @@
 the claim's devices, a CDI spec the container runtime applies, a checkpoint; ``Release`` when the
 kubelet unprepares.
 
+A result that is a share of a GPU (its ``shareID`` and ``consumedCapacity`` less than the whole,
+see :func:`share_of`) becomes its own Runtime allocation of the ``gpu-core`` resource with the
+consumed cores and memory, which the Runtime enforces; whole devices are allocated whole.
+
 Order of a prepare, so that a crash at any step leaves nothing the next call cannot finish or undo:
 Runtime allocation(s) → CDI spec file (atomic) → checkpoint (atomic) → answer. A failure before
 the checkpoint releases what this call allocated and removes its spec. A repeated prepare of a
 claim in the checkpoint allocates nothing: it answers the same CDI ids (which are a function of
-claim uid, request and device, see :func:`dra_cdi.device_name`). An unprepare of a claim the
+claim uid, request, device and share id, see :func:`cdi_key`). An unprepare of a claim the
 checkpoint does not know succeeds (it was never prepared here, or already unprepared).
 
 All prepares and unprepares of the node run one at a time: the checkpoint is one file, and the
@@ -28,10 +32,17 @@ import structlog
 
 from .dra_cdi import PreparedDevice, cdi_device_id, claim_spec, device_name, spec_file_name
 from .dra_checkpoint import Checkpoint, CheckpointStore, ClaimRecord
-from .dra_claims import ClaimAllocation, ClaimNotPreparable, claim_allocation, container_of, ours
-from .dra_slices import device_names
+from .dra_claims import (
+    ClaimAllocation,
+    ClaimNotPreparable,
+    Result,
+    claim_allocation,
+    container_of,
+    ours,
+)
+from .dra_slices import CORES, CORES_WHOLE, MEMORY, device_names
 from .errors import DevicePluginError, PermanentError, TemporaryError
-from .model import Allocation, Device
+from .model import Allocation, Device, Injection
 from .resources import ResourceNames
 from .runtime import RuntimeClient, release
 
@@ -56,12 +67,79 @@ class PreparedClaimDevice:
     pool: str
     device: str
     cdi_device_ids: tuple[str, ...]
+    share_id: str = ""
+    """The allocation's share id, for a device that allows multiple allocations (the kubelet's
+    ``Device.share_id``, which it reports through pod-resources)."""
 
 
 @dataclass(frozen=True)
 class Outcome:
     devices: tuple[PreparedClaimDevice, ...] = ()
     error: str = ""
+
+
+@dataclass(frozen=True)
+class RuntimeAsk:
+    """One Runtime ``Allocate`` of a prepare, and which of the claim's results it serves."""
+
+    resource: str
+    device_ids: tuple[str, ...]
+    results: tuple[int, ...]
+    """Indexes into the claim's results (this node's) that this allocation serves."""
+    core_percent: int = 0
+    memory_bytes: int = 0
+
+    @property
+    def shared(self) -> bool:
+        return self.core_percent > 0 or self.memory_bytes > 0
+
+
+def share_of(result: Result, device: Device) -> tuple[int, int] | None:
+    """(core percent, memory bytes) when ``result`` is a share of ``device``; None when it holds
+    the whole device: no share id (a device that allows one allocation), or it consumed all of
+    both capacities (a claim that named none, whose request policies' defaults are the whole)."""
+    if not result.share_id:
+        return None
+    cores = min(result.consumed.get(CORES, CORES_WHOLE), CORES_WHOLE)
+    memory = min(result.consumed.get(MEMORY, device.memory_bytes), device.memory_bytes)
+    if cores >= CORES_WHOLE and memory >= device.memory_bytes:
+        return None
+    return cores, memory
+
+
+def allocation_plan(
+    results: Sequence[Result], by_name: Mapping[str, Device], names: ResourceNames
+) -> list[RuntimeAsk]:
+    """The Runtime allocations that prepare ``results`` (all on devices in ``by_name``).
+
+    Whole devices of one resource share one allocation (an NVLink pair stays one Runtime
+    allocation, as the device plugin makes it). Each share is its own allocation of the
+    ``gpu-core`` resource with the cores and memory it consumed: the Runtime's ``Allocate``
+    carries one core/memory pair, and the Runtime then holds exactly what the scheduler counted,
+    also when one claim holds two shares of one GPU.
+    """
+    whole: dict[str, tuple[list[str], list[int]]] = {}
+    shares: list[RuntimeAsk] = []
+    for i, r in enumerate(results):
+        d = by_name[r.device]
+        share = share_of(r, d) if d.kind == "gpu" else None
+        if share is not None:
+            cores, memory = share
+            shares.append(RuntimeAsk(names.gpu_core, (d.id,), (i,), cores, memory))
+            continue
+        ids, served = whole.setdefault(names.ppu if d.kind == "ppu" else names.gpu, ([], []))
+        if d.id not in ids:
+            ids.append(d.id)
+        served.append(i)
+    return [
+        RuntimeAsk(resource, tuple(ids), tuple(served)) for resource, (ids, served) in whole.items()
+    ] + shares
+
+
+def cdi_key(result: Result) -> str:
+    """What names a result's CDI device besides claim and request: the slice device, and its
+    share id when it has one, since one claim (even one request) may hold two shares of a GPU."""
+    return f"{result.device}/{result.share_id}" if result.share_id else result.device
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -169,8 +247,9 @@ class Preparer:
                 pool=r.pool,
                 device=r.device,
                 cdi_device_ids=(
-                    cdi_device_id(self.cdi_kind, device_name(claim.uid, r.request, r.device)),
+                    cdi_device_id(self.cdi_kind, device_name(claim.uid, r.request, cdi_key(r))),
                 ),
+                share_id=r.share_id,
             )
             for r in ours(claim, self.driver, self.pool)
         )
@@ -202,31 +281,15 @@ class Preparer:
         except DevicePluginError as e:
             log.info("dra_pod_unread", pod=f"{ref.namespace}/{pod_name}", error=str(e))
             container = ""
-        groups: dict[str, list[str]] = {}
-        for r in results:
-            d = by_name[r.device]
-            resource = self.names.ppu if d.kind == "ppu" else self.names.gpu
-            groups.setdefault(resource, [])
-            if d.id not in groups[resource]:
-                groups[resource].append(d.id)
+        plan = allocation_plan(results, by_name, self.names)
         made: list[Allocation] = []
         spec_path = self.spec_path(ref.uid)
         try:
-            for resource, ids in groups.items():
-                made.append(
-                    await self.runtime.allocate(
-                        pod=(ref.namespace, pod_name, pod_uid),
-                        container=container or f"claim-{ref.name}",
-                        resource=resource,
-                        device_ids=ids,
-                    )
-                )
-            of_device = {i: a for a in made for i in a.device_ids}
+            owner = (ref.namespace, pod_name, pod_uid)
+            injections = await self._allocate(plan, owner, container or f"claim-{ref.name}", made)
             prepared = [
-                PreparedDevice(
-                    r.request, r.pool, r.device, of_device[by_name[r.device].id].injection
-                )
-                for r in results
+                PreparedDevice(r.request, r.pool, cdi_key(r), injections[i])
+                for i, r in enumerate(results)
             ]
             spec, _ = claim_spec(ref.uid, prepared, self.cdi_kind)
             try:
@@ -251,9 +314,37 @@ class Preparer:
             uid=ref.uid,
             pod=f"{ref.namespace}/{pod_name}",
             devices=[by_name[r.device].id for r in results],
+            shares=[
+                (ask.device_ids[0], ask.core_percent, ask.memory_bytes)
+                for ask in plan
+                if ask.shared
+            ],
             allocations=[a.id for a in made],
         )
         return answer
+
+    async def _allocate(
+        self,
+        plan: Sequence[RuntimeAsk],
+        pod: tuple[str, str, str],
+        container: str,
+        made: list[Allocation],
+    ) -> dict[int, Injection]:
+        """The Runtime allocations of ``plan``, each appended to ``made`` as soon as it exists
+        (what an undo releases); the injection of each result index."""
+        injections: dict[int, Injection] = {}
+        for ask in plan:
+            a = await self.runtime.allocate(
+                pod=pod,
+                container=container,
+                resource=ask.resource,
+                device_ids=list(ask.device_ids),
+                core_percent=ask.core_percent,
+                memory_bytes=ask.memory_bytes,
+            )
+            made.append(a)
+            injections.update((i, a.injection) for i in ask.results)
+        return injections
 
     async def _undo(self, made: Sequence[Allocation], spec_path: Path) -> None:
         _remove(spec_path)

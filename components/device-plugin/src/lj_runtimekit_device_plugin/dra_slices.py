@@ -1,8 +1,12 @@
 """The node's ResourceSlices (``resource.k8s.io/v1``) from the Runtime's inventory. Pure.
 
 One pool per node (named after the node), one DRA device per whole GPU or PPU bound to its
-vendor driver. Partitions (MIG, TDM), shares (``gpu-core``/``gpu-memory`` as consumable capacity)
-and GPUs bound to vfio-pci are not published yet (docs/dra.md).
+vendor driver. Partitions (MIG, TDM) and GPUs bound to vfio-pci are not published yet (docs/dra.md).
+
+GPU shares are consumable capacity of the whole-GPU device itself (``allowMultipleAllocations``,
+capacities ``cores`` and ``memory``, see :func:`share_capacity`), never a second device per GPU:
+the scheduler then counts whole claims and shares against one ledger per GPU, so they cannot
+collide on it, and no counter sets are needed.
 
 Every object obeys the API's validation, so the apiserver never refuses a publish because of what
 the Runtime reported: a value that does not fit its attribute (a string over 64 characters, a
@@ -11,7 +15,8 @@ version that is not semver) leaves that attribute out rather than be cut into a 
 - device names are DNS labels derived from the Runtime's stable device ids (:func:`device_names`;
   the prepare path maps a claim's device back to the Runtime id with the same function);
 - attribute and capacity names are C identifiers of at most 32 characters, in the driver's
-  domain (no prefix); at most 32 attributes and capacities per device together;
+  domain (no prefix); at most 32 attributes and capacities per device together (at most 15
+  attributes and 2 capacities are written);
 - an unhealthy device carries the taint ``lj-runtimekit.aliyun.com/unhealthy:NoSchedule`` with the
   Runtime's reason as value when it is a valid label value; a recovered one carries none;
 - at most 128 devices per slice, 64 when any device of the pool is tainted (the API's lower limit
@@ -37,6 +42,12 @@ MAX_DEVICES_PER_SLICE_WITH_TAINTS = 64
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_STRING_ATTRIBUTE = 64
 PUBLISHED_KINDS = ("gpu", "ppu")
+#: Capacity names of a shareable GPU: percent of its compute, and bytes of its memory.
+CORES = "cores"
+MEMORY = "memory"
+CORES_WHOLE = 100
+#: The smallest memory a share consumes: a share of no memory would be no limit at all.
+MIN_SHARE_MEMORY = 1 << 20
 
 _DNS_LABEL_BAD = re.compile(r"[^a-z0-9-]+")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?\Z")
@@ -129,6 +140,44 @@ def _attributes(d: Device, facts: NodeFacts, island: int, switch: int) -> dict[s
     return attrs
 
 
+def shareable(d: Device) -> bool:
+    """Whether claims may share ``d`` (the Runtime's ``gpu-core``/``gpu-memory`` allocations):
+    a GPU on its driver, not partitioned (the Runtime allocates a partitioned GPU only by its
+    partitions), with a memory size to share."""
+    return (
+        d.kind == "gpu"
+        and d.binding == "driver"
+        and not d.partitions
+        and d.memory_bytes >= MIN_SHARE_MEMORY
+    )
+
+
+def share_capacity(memory_bytes: int) -> dict[str, Any]:
+    """The consumable capacity of a shareable GPU of ``memory_bytes``.
+
+    Every request policy's ``default`` is the whole capacity: a request that names no capacity
+    (a claim for a whole GPU, a pod asking ``aliyun.com/gpu`` through the extended-resource
+    mapping) consumes all of the GPU, so the scheduler never puts it beside a share, nor a share
+    beside it. A share names ``cores`` (percent, whole numbers 1..100) and ``memory`` (bytes,
+    at least 1 MiB); one it leaves out it takes whole. The preparer tells the two apart by what
+    a result consumed (:mod:`.dra_prepare` asks the Runtime for a whole GPU when it is all).
+    """
+    memory = _quantity(memory_bytes)
+    return {
+        CORES: {
+            "value": str(CORES_WHOLE),
+            "requestPolicy": {
+                "default": str(CORES_WHOLE),
+                "validRange": {"min": "1", "max": str(CORES_WHOLE), "step": "1"},
+            },
+        },
+        MEMORY: {
+            "value": memory,
+            "requestPolicy": {"default": memory, "validRange": {"min": "1Mi"}},
+        },
+    }
+
+
 def _taints(d: Device) -> list[dict[str, str]]:
     if d.healthy:
         return []
@@ -152,8 +201,11 @@ def dra_devices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[str, A
             "name": names[d.id],
             "attributes": _attributes(d, facts, topo.island[d.id], topo.switch[d.id]),
         }
-        if d.memory_bytes > 0:
-            entry["capacity"] = {"memory": {"value": _quantity(d.memory_bytes)}}
+        if shareable(d):
+            entry["allowMultipleAllocations"] = True
+            entry["capacity"] = share_capacity(d.memory_bytes)
+        elif d.memory_bytes > 0:
+            entry["capacity"] = {MEMORY: {"value": _quantity(d.memory_bytes)}}
         if taints := _taints(d):
             entry["taints"] = taints
         out.append(entry)
