@@ -9,7 +9,9 @@ claim's GPU to its pod. A restart of the plugin and
 one of the kubelet while a pod holds a claim allocate nothing again and lose nothing: the pod's
 deletion afterwards still releases. A device the Runtime reports unhealthy is tainted in the
 ResourceSlice and a claim for seven GPUs avoids it; recovery clears the taint. The node never
-advertises the devices as extended resources while in DRA mode, and a pod asking
+advertises the devices as extended resources while in DRA mode. Two shares (30 % + 10 GiB and
+50 % + 20 GiB, consumable capacity) run on one GPU with the Runtime's share limits reaching the
+containers, while a whole-GPU claim gets another GPU. A pod asking
 ``aliyun.com/gpu: 1`` is served by DRA through the DeviceClass' extendedResourceName. A second
 node with eight PPUs serves a PPU claim the same way."""
 
@@ -45,6 +47,8 @@ WORK_NS = "dra"
 DRIVER = "lj-runtimekit.aliyun.com"
 GPU_CLASS = "gpu.lj-runtimekit.aliyun.com"
 PPU_CLASS = "ppu.lj-runtimekit.aliyun.com"
+SHARE_CLASS = "gpu-share.lj-runtimekit.aliyun.com"
+GIB = 1 << 30
 MODE_LABEL = "lj_runtimekit_device_mode"
 PLUGIN_APP = "lj-runtimekit-dra-plugin"
 TAINT = "lj-runtimekit.aliyun.com/unhealthy"
@@ -105,11 +109,32 @@ def apply(op: Operator, name: str, *objs: dict[str, Any]) -> None:
     op.kubectl("apply", "-f", str(path))
 
 
+def gpus(count: int) -> dict[str, Any]:
+    """A request (``exactly``) for ``count`` whole GPUs."""
+    return {"deviceClassName": GPU_CLASS, "count": count}
+
+
+def share(cores: int, memory: str, on: str = "") -> dict[str, Any]:
+    """A request for a share of one GPU; ``on``: the GPU (Runtime device id) it must be on."""
+    request: dict[str, Any] = {
+        "deviceClassName": SHARE_CLASS,
+        "capacity": {"requests": {"cores": str(cores), "memory": memory}},
+    }
+    if on:
+        attr = f'device.attributes["{DRIVER}"].runtimeDeviceID'
+        request["selectors"] = [{"cel": {"expression": f'{attr} == "{on}"'}}]
+    return request
+
+
 def claim_pod(
-    op: Operator, node: RealNode, name: str, count: int, constraints: list[Any] | None = None
+    op: Operator,
+    node: RealNode,
+    name: str,
+    request: dict[str, Any],
+    constraints: list[Any] | None = None,
 ) -> dict[str, Any]:
-    """A ResourceClaimTemplate for ``count`` GPUs and a pod (default scheduler) using it; the
-    pod once Running."""
+    """A ResourceClaimTemplate of one request (``exactly``) and a pod (default scheduler) using
+    it; the pod once Running."""
     template = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -117,9 +142,7 @@ def claim_pod(
         "spec": {
             "spec": {
                 "devices": {
-                    "requests": [
-                        {"name": "gpus", "exactly": {"deviceClassName": GPU_CLASS, "count": count}}
-                    ],
+                    "requests": [{"name": "gpus", "exactly": request}],
                     "constraints": constraints or [],
                 }
             }
@@ -148,6 +171,18 @@ def env_of(record: dict[str, Any]) -> dict[str, str]:
     return dict(e.split("=", 1) for e in record.get("env", []))
 
 
+def pod_env(node: RealNode, pod: dict[str, Any]) -> dict[str, str]:
+    (record,) = injected(node, pod["metadata"]["uid"])
+    return env_of(record)
+
+
+def claim_results(op: Operator, pod: dict[str, Any]) -> list[dict[str, Any]]:
+    (status,) = pod["status"]["resourceClaimStatuses"]
+    claim = op.json("-n", WORK_NS, "get", "resourceclaim", status["resourceClaimName"])
+    results: list[dict[str, Any]] = claim["status"]["allocation"]["devices"]["results"]
+    return results
+
+
 def cdi_specs(node: RealNode) -> list[str]:
     d = node.host_path("/var/run/cdi")
     return sorted(p.name for p in d.glob("*.json")) if d.is_dir() else []
@@ -168,15 +203,20 @@ def test_the_node_serves_its_gpus_through_dra_only(op: Operator, node: RealNode)
         assert "nvlinkIsland" in attrs
         assert "memory" in d.get("capacity", {})
         assert not d.get("taints")
+        # shares (consumable capacity): a request naming no capacity takes all of it
+        assert d.get("allowMultipleAllocations") is True
+        assert d["capacity"]["cores"]["value"] == "100"
+        memory = d["capacity"]["memory"]
+        assert memory["requestPolicy"]["default"] == memory["value"]
     assert not accelerator_capacity(op.node(node.name)).get("aliyun.com/gpu", "0").strip("0")
     classes = {c["metadata"]["name"] for c in op.json("get", "deviceclasses")["items"]}
-    assert GPU_CLASS in classes
+    assert {GPU_CLASS, PPU_CLASS, SHARE_CLASS} <= classes
 
 
 def test_a_one_gpu_claim_runs_with_the_runtimes_injection_through_cdi_and_is_released(
     op: Operator, node: RealNode
 ) -> None:
-    pod = claim_pod(op, node, "one-gpu", 1)
+    pod = claim_pod(op, node, "one-gpu", gpus(1))
     (alloc,) = held(node, "one-gpu")
     assert len(alloc["devices"]) == 1
     (record,) = injected(node, pod["metadata"]["uid"])
@@ -196,7 +236,7 @@ def test_a_one_gpu_claim_runs_with_the_runtimes_injection_through_cdi_and_is_rel
 
 def test_two_gpus_on_one_nvlink_island(op: Operator, node: RealNode) -> None:
     island = f"{DRIVER}/nvlinkIsland"
-    claim_pod(op, node, "pair", 2, [{"requests": ["gpus"], "matchAttribute": island}])
+    claim_pod(op, node, "pair", gpus(2), [{"requests": ["gpus"], "matchAttribute": island}])
     (alloc,) = held(node, "pair")
     assert len(alloc["devices"]) == 2
     found = devices(op, node)
@@ -206,10 +246,41 @@ def test_two_gpus_on_one_nvlink_island(op: Operator, node: RealNode) -> None:
     delete_and_expect_release(op, node, "pair")
 
 
+def test_two_shares_run_on_one_gpu_with_the_runtimes_limits_and_a_whole_gpu_goes_elsewhere(
+    op: Operator, node: RealNode
+) -> None:
+    first = claim_pod(op, node, "share-a", share(30, "10Gi"))
+    (a,) = held(node, "share-a")
+    (gpu,) = a["devices"]
+    second = claim_pod(op, node, "share-b", share(50, "20Gi", on=gpu))
+    (b,) = held(node, "share-b")
+    assert b["devices"] == [gpu]
+    on_gpu = [x for x in allocations(node) if gpu in x["devices"]]
+    assert sorted(x["id"] for x in on_gpu) == sorted([a["id"], b["id"]])
+    for pod, alloc, cores, memory in ((first, a, 30, 10 * GIB), (second, b, 50, 20 * GIB)):
+        env = pod_env(node, pod)
+        assert env.get("LJ_GPU_CORE_PERCENT") == str(cores), env
+        assert env.get("LJ_GPU_MEMORY_LIMIT_BYTES") == str(memory), env
+        assert env.get("LJ_ALLOCATION_ID") == alloc["id"]
+        assert env.get("LJ_VISIBLE_DEVICES") == gpu
+        (result,) = claim_results(op, pod)
+        assert result["shareID"]
+        assert result["consumedCapacity"] == {"cores": str(cores), "memory": f"{memory // GIB}Gi"}
+    assert len(cdi_specs(node)) == 2
+    # a claim for a whole GPU consumes all of one: never the shared one
+    whole = claim_pod(op, node, "whole", gpus(1))
+    (w,) = held(node, "whole")
+    assert w["devices"] != [gpu]
+    assert "LJ_GPU_CORE_PERCENT" not in pod_env(node, whole)
+    for name in ("share-a", "share-b", "whole"):
+        delete_and_expect_release(op, node, name)
+    wait_for("their CDI specs removed", lambda: not cdi_specs(node), 60)
+
+
 def test_plugin_and_kubelet_restarts_repeat_nothing_and_lose_nothing(
     op: Operator, node: RealNode
 ) -> None:
-    claim_pod(op, node, "survivor", 1)
+    claim_pod(op, node, "survivor", gpus(1))
     before = held(node, "survivor")
     assert len(before) == 1
     old = plugin_pod(op, node)
@@ -240,7 +311,7 @@ def test_an_unhealthy_gpu_is_tainted_avoided_and_cleared_on_recovery(
 
     try:
         wait_for(f"{sick} tainted", tainted, 60)
-        claim_pod(op, node, "seven", 7)
+        claim_pod(op, node, "seven", gpus(7))
         (alloc,) = held(node, "seven")
         assert sick not in alloc["devices"]
         delete_and_expect_release(op, node, "seven")

@@ -9,20 +9,25 @@ changed → two GPUs bound to vfio-pci and the rest whole again (six advertised 
 ``aliyun.com/gpu``, two as ``aliyun.com/gpu-vfio``) → whole, once a VM pod holding a vfio GPU
 (no Runtime allocation: the kubelet's pod-resources API names it) is deleted. Two pods run on
 GPUs no layout touches from before the first change to after the last, never restarted, their
-Runtime allocations unchanged. After every step the Runtime's devices, the node's capacity and
-the device plugin's labels match the layout."""
+Runtime allocations unchanged. After every step the Runtime's devices, the node's capacity, the
+device plugin's NodeDevices object (each GPU's partitions, their resource, its binding) and its
+labels (count, model, memory, partitioning, per-profile counts, sharing mode, vfio count, from the
+Runtime's state at that step) match the layout."""
 
 from __future__ import annotations
 
 import functools
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from lj_runtimekit_testkit.node import RealNode
+from lj_runtimekit_testkit.simulator.inventory import GIB, Kind
+from lj_runtimekit_testkit.simulator.inventory_file import load_inventory
 from lj_runtimekit_testkit.suite import (
     NS,
     Operator,
@@ -45,6 +50,7 @@ LABEL = "lj_runtimekit_partition_layout"
 CONFIGMAP = "lj-runtimekit-partition-layouts"
 STATUS = "lj-runtimekit-controller/partition-status"
 PREFIX = "lj-runtimekit.aliyun.com"
+INVENTORY = "gpu-8x-nvlink"
 MIG: list[Any] = ["3g.40gb", "3g.40gb"]
 TDM: list[Any] = [50, 50]
 
@@ -58,7 +64,7 @@ class Setup:
 @pytest.fixture(scope="module")
 def setup(real_cluster: RealCluster) -> Setup:
     rc = real_cluster
-    node = rc.add_node("gpu", "gpu-8x-nvlink")
+    node = rc.add_node("gpu", INVENTORY)
     rc.operator.label(node.name, True)
     out = rc.operator.deploy_all("deploy")
     assert "all selected components are ready" in out.stdout, out.stdout
@@ -139,11 +145,62 @@ def converged(op: Operator, node: RealNode, layout: str) -> dict[str, Any] | Non
     return st if st.get("layout") == layout and st.get("result") == "succeeded" else None
 
 
+def settle(what: str, want: Any, have: Callable[[], Any], deadline_s: float) -> None:
+    """Wait until ``have()`` equals ``want``; on timeout, fail showing both."""
+    seen: list[Any] = [None]
+
+    def probe() -> bool:
+        seen[0] = have()
+        return bool(seen[0] == want)
+
+    try:
+        wait_for(what, probe, deadline_s)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n want: {want}\n have: {seen[0]}") from None
+
+
+def label_value(text: str) -> str:
+    """``text`` as a label value (docs/node-labels.md: anything else than [A-Za-z0-9_.-] is -)."""
+    v = "".join(c if (c.isascii() and c.isalnum()) or c in "_.-" else "-" for c in text)
+    return v.strip("_.-")[:63].strip("_.-")
+
+
+def inventory_labels(state: dict[str, Any]) -> dict[str, str]:
+    """What the device plugin should label the node with for the Runtime's ``state`` (its
+    ``/state``, each device with the ``profiles`` of its partitions added; model and memory from
+    the node's inventory, which partitioning does not change): count, model, memory,
+    partitioning, per-profile counts, sharing mode, vfio count."""
+    inventory = {d.id: d for d in load_inventory(INVENTORY).devices}
+    devices = state["devices"]
+    counts: Counter[str] = Counter()
+    for d in devices.values():
+        for profile in d["profiles"]:
+            counts[f"mig-{profile}.count" if d["mode"] == "mig" else f"{profile}.count"] += 1
+    first = inventory[min(devices, key=lambda i: inventory[i].index)]
+    shareable = any(
+        d["mode"] == "none" and d["binding"] == "driver" and inventory[i].kind is Kind.GPU
+        for i, d in devices.items()
+    )
+    out = {
+        "count": str(len(devices)),
+        "model": label_value(first.model),
+        "memory-gib": str(min(inventory[i].memory_bytes for i in devices) // GIB),
+        "partitioning": "_".join(sorted({d["mode"] for d in devices.values()})),
+        # the deployed plugin's config advertises gpu-core and gpu-memory
+        "sharing-mode": "core-memory" if shareable else "none",
+        "vfio.count": str(sum(d["binding"] == "vfio" for d in devices.values())),
+        **{k: str(n) for k, n in counts.items()},
+    }
+    return {f"{PREFIX}/{k}": v for k, v in out.items()}
+
+
 def expect(
     op: Operator, node: RealNode, targets: dict[int, tuple[str, list[Any]]], what: str
 ) -> None:
-    """The Runtime's devices, the node's capacity and the plugin's labels match ``targets``
-    (index → (mode, profiles or slices)); GPUs not named are whole on the driver."""
+    """The Runtime's devices, the node's capacity, the plugin's NodeDevices object and its labels
+    match ``targets`` (index → (mode, profiles or slices)); GPUs not named are whole on the
+    driver. The labels are checked against the Runtime's state at this step: everything the
+    plugin publishes from the inventory, not only the partitioning."""
     want = {i: targets.get(i, ("whole", [])) for i in range(8)}
 
     def devices_match() -> bool:
@@ -161,6 +218,12 @@ def expect(
         return True
 
     wait_for(f"{what}: the Runtime's devices", devices_match, 60)
+    # The Runtime's state at this step, each partition with the profile the layout gave it (the
+    # Runtime lists them in the layout's order; /state names only their ids).
+    state = simulator_state(node)
+    for i, (mode, specs) in want.items():
+        profiles = [f"tdm-{s}" for s in specs] if mode == "tdm" else list(specs)
+        state["devices"][f"gpu-{i}"]["profiles"] = profiles
     units = sum(len(s) if m in ("mig", "tdm") else 1 for m, s in want.values() if m != "vfio")
     vfio = sum(1 for m, _ in want.values() if m == "vfio")
     cap = {GPU: str(units), VFIO: str(vfio)}
@@ -169,25 +232,63 @@ def expect(
         lambda: {k: capacity(op, node).get(k, "0") for k in cap} == cap,
         90,
     )
-    counts: Counter[str] = Counter()
-    for mode, specs in want.values():
-        for s in specs:
-            counts[f"{PREFIX}/mig-{s}.count" if mode == "mig" else f"{PREFIX}/tdm-{s}.count"] += 1
-    labels_want = {k: str(v) for k, v in counts.items()}
-    labels_want[f"{PREFIX}/vfio.count"] = str(vfio)
-    modes = sorted({m if m in ("mig", "tdm") else "none" for m, _ in want.values()})
-    labels_want[f"{PREFIX}/partitioning"] = "_".join(modes)
+    settle(f"{what}: NodeDevices", nodedevices_want(state), lambda: nodedevices(op, node), 60)
 
-    def labels_match() -> dict[str, str] | None:
+    labels_want = inventory_labels(state)
+    # the labels above, and every profile count (one the layout does not make must be gone)
+    keys = tuple(labels_want)
+
+    def ours() -> dict[str, str]:
         have = op.node(node.name)["metadata"].get("labels", {})
-        ours = {
+        return {
             k: v
             for k, v in have.items()
-            if k.endswith((".count", "/partitioning")) and k.startswith(PREFIX)
+            if k in keys or (k.startswith(PREFIX + "/") and k.endswith(".count"))
         }
-        return ours if ours == labels_want else None
 
-    wait_for(f"{what}: labels {labels_want}", labels_match, 60)
+    settle(f"{what}: labels", labels_want, ours, 60)
+
+
+def nodedevices_want(state: dict[str, Any]) -> dict[str, Any]:
+    """The parts of the NodeDevices status a layout decides, for the Runtime's ``state``."""
+    devices = state["devices"]
+    modes = sorted({d["mode"] for d in devices.values()})
+    return {
+        "deviceCount": len(devices),
+        "partitioning": ",".join(modes),
+        "devices": {
+            i: {
+                "partitionMode": d["mode"].upper(),
+                "binding": d["binding"].upper(),
+                "partitions": [
+                    {"id": pid, "profile": profile, "resource": GPU}
+                    for pid, profile in zip(d["partitions"], d["profiles"], strict=True)
+                ],
+            }
+            for i, d in devices.items()
+        },
+    }
+
+
+def nodedevices(op: Operator, node: RealNode) -> dict[str, Any]:
+    """The same parts of the device plugin's NodeDevices object of ``node``."""
+    found = op.json("get", "nodedevices", node.name)
+    st = found.get("status") or {}
+    return {
+        "deviceCount": st.get("deviceCount"),
+        "partitioning": (st.get("summary") or {}).get("partitioning"),
+        "devices": {
+            d["id"]: {
+                "partitionMode": d.get("partitionMode"),
+                "binding": d.get("binding"),
+                "partitions": [
+                    {k: p.get(k) for k in ("id", "profile", "resource")}
+                    for p in d.get("partitions") or []
+                ],
+            }
+            for d in st.get("devices") or []
+        },
+    }
 
 
 @dataclass(frozen=True)

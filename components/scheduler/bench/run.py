@@ -5,9 +5,11 @@ KubeSchedulerConfiguration, ours through --kube-api-qps/--kube-api-burst) one lo
 plane with KWOK GPU nodes. Each phase creates the same pods, first for kube-scheduler, then
 (once those are deleted) for ours, on the same nodes, and times create → bound from a watch:
 single-GPU pods, mixed shared/whole pods, then gangs (pod-group annotations; kube-scheduler,
-which has no gangs, places the same pods one by one).
+which has no gangs, places the same pods one by one). Then the DRA case (issue 24), on one more
+control plane: the same one-GPU pods on the classic path and through DRA, see run_dra.
 
     .venv/bin/python components/scheduler/bench/run.py --out build/bench [--nodes 1000]
+    .venv/bin/python components/scheduler/bench/run.py --out build/bench --cases dra
 """
 
 from __future__ import annotations
@@ -15,13 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from lj_runtimekit_testkit.bench import Figure, write
+from lj_runtimekit_testkit.bench import Figure, dra, write
+from lj_runtimekit_testkit.bench.kwok import Creator, Step, create_pod, phase, rss_peak_mib
 from lj_runtimekit_testkit.cluster.handle import Cluster
 from lj_runtimekit_testkit.cluster.launcher import ControlPlane
 
@@ -37,62 +38,26 @@ ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "deploy" / "crds" / "nodedevices.lj-runtimekit.aliyun.com.yaml"
 OURS, THEIRS = "lj-runtimekit-scheduler", "default-scheduler"
 POOL = "bench"
+CLASSIC_POOL, DRA_POOL = "classic", "dra"
 GROUP = "lj-runtimekit-scheduler/pod-group"
 GROUP_SIZE = "lj-runtimekit-scheduler/pod-group-size"
+TEMPLATE = "one-gpu"
+ANCHOR = "classic/kube-scheduler"
+
+Shape = tuple[dict[str, str], dict[str, str]]
+"""(resource limits, annotations) of one pod."""
 
 
-class BoundWatch:
-    """Records when each pod of a namespace is first seen with a node (raw watch, no models)."""
-
-    def __init__(self, core: Any, namespace: str) -> None:
-        self.core, self.namespace = core, namespace
-        self.bound: dict[str, float] = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self._watch_once()
-            except Exception as e:  # noqa: BLE001 - a broken watch is opened again
-                if self.stop.is_set():
-                    return  # the phase is over: the apiserver may be gone already
-                print(f"bench: pod watch broke ({e!r}), watching again", file=sys.stderr)
-                time.sleep(0.5)
-
-    def _watch_once(self) -> None:
-        """One watch (a fresh one lists every pod first, so no binding is missed)."""
-        resp = self.core.list_namespaced_pod(
-            self.namespace, watch=True, timeout_seconds=30, _preload_content=False
+def install_crd(cluster: Cluster) -> None:
+    with cluster.api_client() as api:
+        client.ApiextensionsV1Api(api).create_custom_resource_definition(
+            yaml.safe_load(CRD.read_text())
         )
-        try:
-            buf = b""
-            for chunk in resp.stream(65536):
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                now = time.monotonic()
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    obj = json.loads(line)["object"]
-                    name = obj["metadata"]["name"]
-                    if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
-                        self.bound[name] = now
-                if self.stop.is_set():
-                    return
-        finally:
-            resp.release_conn()
-
-
-def rss_peak_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    time.sleep(2)
 
 
 def make_nodes(cluster: Cluster, n: int, pool: str) -> list[str]:
+    """``n`` KWOK nodes of 8 GPUs labelled ``bench-pool=<pool>``, with their NodeDevices."""
     names = cluster.create_gpu_nodes(
         n, prefix=f"bench-{pool}", gpus=8, enable=True, labels={"bench-pool": pool}, deadline_s=900
     )
@@ -132,8 +97,29 @@ def make_nodes(cluster: Cluster, n: int, pool: str) -> list[str]:
     return names
 
 
-Shape = tuple[dict[str, str], dict[str, str]]
-"""(resource limits, annotations) of one pod."""
+def start_ours(cluster: Cluster, qps: float, burst: int, log: Path) -> subprocess.Popen[bytes]:
+    """lj-runtimekit-scheduler as a process with client ``qps``/``burst``."""
+    ours = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lj_runtimekit_scheduler",
+            "--kubeconfig",
+            cluster.kubeconfig,
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "--log-level",
+            "warning",
+            "--kube-api-qps",
+            str(qps),
+            "--kube-api-burst",
+            str(burst),
+        ],
+        stderr=open(log, "wb"),  # noqa: SIM115
+    )
+    time.sleep(5)
+    return ours
 
 
 def pod_body(name: str, scheduler: str, pool: str, shape: Shape) -> dict[str, Any]:
@@ -158,64 +144,13 @@ def pod_body(name: str, scheduler: str, pool: str, shape: Shape) -> dict[str, An
     }
 
 
-def phase(
-    cluster: Cluster, scheduler: str, pool: str, shapes: list[Shape], deadline_s: float
-) -> dict[str, float]:
-    """Create one pod per shape; returns pods/s, p50/p99 latency (s) and the bound count."""
-    ns = f"bench-{uuid.uuid4().hex[:6]}"
-    with cluster.api_client(pool_size=32) as api:
-        core: Any = client.CoreV1Api(api)
-        core.create_namespace({"metadata": {"name": ns}})
-        while True:
-            try:
-                core.read_namespaced_service_account("default", ns)
-                break
-            except client.exceptions.ApiException:
-                time.sleep(0.2)
-        watch = BoundWatch(core, ns)
-        created: dict[str, float] = {}
+def classic(scheduler: str, pool: str, shapes: list[Shape]) -> Creator:
+    """The ``i``-th pod asks ``shapes[i]`` of ``scheduler``."""
 
-        def create(i: int) -> None:
-            name = f"p-{i}"
-            created[name] = time.monotonic()
-            resp = core.create_namespaced_pod(
-                ns, pod_body(name, scheduler, pool, shapes[i]), _preload_content=False
-            )
-            resp.drain_conn()
-            resp.release_conn()
+    def create(api: client.ApiClient, ns: str, i: int) -> float:
+        return create_pod(api, ns, pod_body(f"p-{i}", scheduler, pool, shapes[i]))
 
-        start = time.monotonic()
-        with ThreadPoolExecutor(16) as ex:
-            list(ex.map(create, range(len(shapes))))
-        created_s = time.monotonic() - start
-        end = start + deadline_s
-        while len(watch.bound) < len(shapes) and time.monotonic() < end:
-            time.sleep(0.2)
-        watch.stop.set()
-        done = sorted(watch.bound.values())
-        lat = sorted(watch.bound[n] - created[n] for n in watch.bound)
-        # free the pool for the next phase
-        for _ in range(10):
-            try:
-                core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
-                break
-            except client.exceptions.ApiException as e:
-                # 8000 deletions can outlast the apiserver's 60 s request timeout; the deletion
-                # goes on server-side, ask again for what is left
-                if e.status != 504:
-                    raise
-        while core.list_namespaced_pod(ns, limit=1).items:
-            time.sleep(0.5)
-    span = (done[-1] - start) if done else float("inf")
-    return {
-        "pods_per_s": len(done) / span if done else 0.0,
-        # the arrival rate: while binds are held at the client QPS, pods created faster wait
-        # longer, so latencies of two phases compare only with their arrival rates alongside
-        "created_per_s": len(shapes) / created_s if shapes else 0.0,
-        "bound": float(len(done)),
-        "p50_s": statistics.median(lat) if lat else 0.0,
-        "p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else 0.0,
-    }
+    return create
 
 
 def shapes(args: argparse.Namespace) -> dict[str, list[Shape]]:
@@ -245,38 +180,15 @@ def run(args: argparse.Namespace, qps: float, burst: int) -> list[Figure]:
     client_label = f"client {qps:g}/{burst}"
     try:
         cluster = Cluster.from_control_plane(cp)
-        with cluster.api_client() as api:
-            client.ApiextensionsV1Api(api).create_custom_resource_definition(
-                yaml.safe_load(CRD.read_text())
-            )
-        time.sleep(2)
+        install_crd(cluster)
         make_nodes(cluster, args.nodes, POOL)
-        ours = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "lj_runtimekit_scheduler",
-                "--kubeconfig",
-                cluster.kubeconfig,
-                "--leader-elect=false",
-                "--metrics-bind-address",
-                "127.0.0.1:0",
-                "--log-level",
-                "warning",
-                "--kube-api-qps",
-                str(qps),
-                "--kube-api-burst",
-                str(burst),
-            ],
-            stderr=open(work / "ours.log", "wb"),  # noqa: SIM115
-        )
-        time.sleep(5)
+        ours = start_ours(cluster, qps, burst, work / "ours.log")
         theirs_pid = next(p.pid for p in cp.processes if p.name == "kube-scheduler")
         figures = []
         results: dict[str, dict[str, float]] = {}
         for label, pods in shapes(args).items():
-            t = phase(cluster, THEIRS, POOL, pods, args.deadline)
-            o = phase(cluster, OURS, POOL, pods, args.deadline)
+            t = phase(cluster, len(pods), classic(THEIRS, POOL, pods), args.deadline)
+            o = phase(cluster, len(pods), classic(OURS, POOL, pods), args.deadline)
             results[f"{label} theirs"], results[f"{label} ours"] = t, o
             where = f"{len(pods)} {label} pods, {args.nodes} nodes, {client_label}"
             figures += [
@@ -313,6 +225,120 @@ def run(args: argparse.Namespace, qps: float, burst: int) -> list[Figure]:
         os.sync()
 
 
+def setup_dra_pools(cluster: Cluster, nodes: int) -> None:
+    """The classic pool (``aliyun.com/gpu: 8``, NodeDevices), the DRA pool (no GPU resource, one
+    ResourceSlice of 8 GPUs per node) and the suite's DeviceClasses."""
+    install_crd(cluster)
+    make_nodes(cluster, nodes, CLASSIC_POOL)
+    names = cluster.create_gpu_nodes(
+        nodes, prefix=f"bench-{DRA_POOL}", gpus=0, labels={"bench-pool": DRA_POOL}, deadline_s=900
+    )
+    with cluster.api_client(pool_size=16) as api:
+        for dc in dra.device_classes():
+            dra.create(api, dc)
+        with ThreadPoolExecutor(16) as ex:
+            list(ex.map(lambda node: dra.create(api, dra.gpu_slice(node)), names))
+    time.sleep(2)  # kube-scheduler's informers see the classes and slices
+
+
+def dra_pod(name: str, source: dict[str, str]) -> dict[str, Any]:
+    return dra.use_claim(pod_body(name, THEIRS, DRA_POOL, ({}, {})), source)
+
+
+def from_template(api: client.ApiClient, ns: str, i: int) -> float:
+    return create_pod(api, ns, dra_pod(f"p-{i}", {"resourceClaimTemplateName": TEMPLATE}))
+
+
+def with_claim(api: client.ApiClient, ns: str, i: int) -> float:
+    dra.create(api, dra.resource_claim(f"c-{i}", dra.claim_spec()), ns)
+    return create_pod(api, ns, dra_pod(f"p-{i}", {"resourceClaimName": f"c-{i}"}))
+
+
+def create_template(api: client.ApiClient, ns: str) -> None:
+    dra.create(api, dra.claim_template(TEMPLATE, dra.claim_spec()), ns)
+
+
+def free_claims(api: client.ApiClient, ns: str) -> None:
+    if not dra.delete_claims(api, ns):
+        print(f"bench: claims of {ns} left after the DRA phase", file=sys.stderr, flush=True)
+
+
+def dra_variants(one_gpu: list[Shape]) -> dict[str, tuple[Creator, Step | None]]:
+    """label → (pod creator, namespace setup) of the DRA pods, all under kube-scheduler."""
+    return {
+        "DRA template/kube-scheduler": (from_template, create_template),
+        "DRA claim/kube-scheduler": (with_claim, None),
+        "DRA extended/kube-scheduler": (classic(THEIRS, DRA_POOL, one_gpu), None),
+    }
+
+
+def compared(where: str, label: str, r: dict[str, float], a: dict[str, float]) -> list[Figure]:
+    rows = [
+        ("pods/s", "pods_per_s", "pods/s"),
+        ("p50", "p50_s", "s"),
+        ("p99", "p99_s", "s"),
+        ("bound", "bound", "pods"),
+        ("created/s", "created_per_s", "pods/s"),
+    ]
+    return [Figure(f"{label}: {what}, {where}", r[k], unit, a[k], ANCHOR) for what, k, unit in rows]
+
+
+def run_dra(args: argparse.Namespace) -> list[Figure]:
+    """The DRA case (issue 24) on its own control plane, two pools of ``--dra-nodes`` each.
+
+    Every phase creates ``--dra-pods`` pods wanting one GPU. The anchor: ``aliyun.com/gpu: 1`` on
+    the classic pool under kube-scheduler. Compared with it: the same pods under ours; then, on
+    the DRA pool and under kube-scheduler (ours refuses pods with claims, docs/dra.md), a
+    ResourceClaimTemplate of one ``gpu.lj-runtimekit.aliyun.com`` (kube-controller-manager makes
+    each claim), a ResourceClaim the benchmark makes just before each pod (the scheduler's DRA
+    path alone), and ``aliyun.com/gpu: 1`` served through the class's extendedResourceName.
+    KWOK runs no kubelet: what is timed is create → bound.
+    """
+    qps_text, burst_text = args.dra_client.split("/")
+    qps, burst = float(qps_text), int(burst_text)
+    work = Path(tempfile.mkdtemp(prefix="lj-sched-bench-dra-"))
+    cp = ControlPlane(work_dir=work, scheduler_client=(qps, burst))
+    cp.start()
+    ours: subprocess.Popen[bytes] | None = None
+    ok = False
+    n = args.dra_pods
+    one_gpu: list[Shape] = [({"aliyun.com/gpu": "1"}, {})] * n
+    where = f"{n} pods, 2x{args.dra_nodes} nodes, {qps:g}/{burst}"
+    try:
+        cluster = Cluster.from_control_plane(cp)
+        setup_dra_pools(cluster, args.dra_nodes)
+        ours = start_ours(cluster, qps, burst, work / "ours.log")
+        results = {ANCHOR: phase(cluster, n, classic(THEIRS, CLASSIC_POOL, one_gpu), args.deadline)}
+        results["classic/lj-runtimekit-scheduler"] = phase(
+            cluster, n, classic(OURS, CLASSIC_POOL, one_gpu), args.deadline
+        )
+        for label, (create, setup) in dra_variants(one_gpu).items():
+            results[label] = phase(
+                cluster, n, create, args.deadline, setup=setup, cleanup=free_claims
+            )
+        print(json.dumps(results, indent=1), flush=True)
+        anchor = results[ANCHOR]
+        figures = [
+            Figure(f"{ANCHOR}: pods/s, {where}", anchor["pods_per_s"], "pods/s"),
+            Figure(f"{ANCHOR}: p50, {where}", anchor["p50_s"], "s"),
+            Figure(f"{ANCHOR}: p99, {where}", anchor["p99_s"], "s"),
+        ]
+        for label, r in results.items():
+            if label != ANCHOR:
+                figures += compared(where, label, r, anchor)
+        ok = True
+        return figures
+    finally:
+        if ours is not None:
+            ours.terminate()
+            ours.wait(10)
+        cp.stop()
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"bench: the DRA case's logs are in {work / 'logs'}", file=sys.stderr)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -330,11 +356,30 @@ def main() -> int:
         "(kube-scheduler's defaults are 50/100)",
     )
     ap.add_argument("--deadline", type=float, default=900, help="seconds per phase at most")
+    ap.add_argument(
+        "--cases",
+        default="classic,dra",
+        help="comma-separated: classic (the phases above, per client setting), dra (DRA "
+        "against the classic path, dra_case.py); the JSON holds the figures of this run only",
+    )
+    ap.add_argument("--dra-nodes", type=int, default=100, help="DRA case: nodes per pool")
+    ap.add_argument("--dra-pods", type=int, default=200, help="DRA case: 1-GPU pods per phase")
+    ap.add_argument(
+        "--dra-client",
+        default="5000/5000",
+        help="DRA case: client QPS/burst of both schedulers (upstream scheduler_perf's setting)",
+    )
     args = ap.parse_args()
+    cases = set(args.cases.split(","))
+    if unknown := cases - {"classic", "dra"}:
+        ap.error(f"unknown cases {sorted(unknown)}: use classic, dra")
     figures = []
-    for setting in args.clients.split(","):
-        qps, burst = setting.split("/")
-        figures += run(args, float(qps), int(burst))
+    if "classic" in cases:
+        for setting in args.clients.split(","):
+            qps, burst = setting.split("/")
+            figures += run(args, float(qps), int(burst))
+    if "dra" in cases:
+        figures += run_dra(args)
     path = write(args.out, "scheduler", figures)
     print(f"wrote {path}")
     return 0

@@ -259,27 +259,32 @@ class NotFound(ApiserverUnavailable):
     """The object does not exist (any more)."""
 
 
-async def read_claim(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    """One ResourceClaim (resource.k8s.io/v1) as API JSON, for preparing it (mode dra)."""
+async def _read(api: client.ApiClient, what: str, read: Any) -> dict[str, Any]:
+    """``await read()`` as API JSON; :class:`NotFound` or :class:`ApiserverUnavailable`."""
     try:
-        claim = await client.ResourceV1Api(api).read_namespaced_resource_claim(name, namespace)
+        obj = await read()
     except ApiException as e:
         error = NotFound if e.status == 404 else ApiserverUnavailable
-        raise error(f"reading ResourceClaim {namespace}/{name}: {e.status} {e.reason}") from e
+        raise error(f"reading {what}: {e.status} {e.reason}") from e
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
-        raise ApiserverUnavailable(f"reading ResourceClaim {namespace}/{name}: {e}") from e
-    out: dict[str, Any] = api.sanitize_for_serialization(claim)
+        raise ApiserverUnavailable(f"reading {what}: {e}") from e
+    out: dict[str, Any] = api.sanitize_for_serialization(obj)
     return out
+
+
+async def read_claim(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """One ResourceClaim (resource.k8s.io/v1) as API JSON, for preparing it (mode dra)."""
+    resource = client.ResourceV1Api(api)
+    return await _read(
+        api,
+        f"ResourceClaim {namespace}/{name}",
+        lambda: resource.read_namespaced_resource_claim(name, namespace),
+    )
 
 
 async def read_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     """One pod as API JSON."""
-    try:
-        pod = await client.CoreV1Api(api).read_namespaced_pod(name, namespace)
-    except ApiException as e:
-        error = NotFound if e.status == 404 else ApiserverUnavailable
-        raise error(f"reading pod {namespace}/{name}: {e.status} {e.reason}") from e
-    except (aiohttp.ClientError, OSError, TimeoutError) as e:
-        raise ApiserverUnavailable(f"reading pod {namespace}/{name}: {e}") from e
-    out: dict[str, Any] = api.sanitize_for_serialization(pod)
-    return out
+    core = client.CoreV1Api(api)
+    return await _read(
+        api, f"pod {namespace}/{name}", lambda: core.read_namespaced_pod(name, namespace)
+    )

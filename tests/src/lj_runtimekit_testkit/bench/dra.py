@@ -1,0 +1,134 @@
+"""DRA objects for the scheduler benchmarks on KWOK nodes: the suite's DeviceClasses as
+deployed, a node's ResourceSlice in the shape the device plugin's DRA mode publishes, claims and
+claim templates for whole GPUs, and pods that use them.
+
+The benchmarks may not import the device plugin (components stay independent), so the slice is
+written here from the same rules: one pool per node named after it, one device per whole GPU named
+``gpu-<index>``, the driver's attributes and the ``memory`` capacity.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+GROUP, VERSION = "resource.k8s.io", "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+DRIVER = "lj-runtimekit.aliyun.com"
+GPU_CLASS = "gpu.lj-runtimekit.aliyun.com"
+PLURALS = {
+    "DeviceClass": "deviceclasses",
+    "ResourceSlice": "resourceslices",
+    "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+}
+DEVICE_CLASSES = Path(__file__).resolve().parents[4] / "deploy/deviceplugin/05-deviceclasses.yaml"
+
+
+def device_classes(path: Path = DEVICE_CLASSES) -> list[dict[str, Any]]:
+    """The DeviceClasses of ``path`` (the suite's, as deployed); it must hold :data:`GPU_CLASS`."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    classes = [d for d in docs if d.get("kind") == "DeviceClass"]
+    if not any(c["metadata"]["name"] == GPU_CLASS for c in classes):
+        raise ValueError(f"{path} has no DeviceClass {GPU_CLASS}")
+    return classes
+
+
+def gpu_slice(node: str, gpus: int = 8) -> dict[str, Any]:
+    """``node``'s ResourceSlice: ``gpus`` whole H800s (80 GiB) in NVLink islands of four."""
+    devices = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "index": {"int": i},
+                "runtimeDeviceID": {"string": f"gpu-{i}"},
+                "uuid": {"string": f"GPU-{node}-{i:04d}"[:64]},
+                "vendor": {"string": "NVIDIA"},
+                "model": {"string": "H800"},
+                "pciBusID": {"string": f"0000:{i % 256:02x}:00.0"},
+                "numaNode": {"int": i // 4 % 2},
+                "nvlinkIsland": {"int": i // 4},
+                "pcieSwitch": {"int": i // 2},
+                "computeCapability": {"version": "9.0.0"},
+                "driverVersion": {"version": "550.54.15"},
+                "runtimeVersion": {"version": "1.14.0"},
+            },
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+        for i in range(gpus)
+    ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}-0"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def claim_spec(device_class: str = GPU_CLASS, count: int = 1) -> dict[str, Any]:
+    """A claim's spec: ``count`` devices of ``device_class``."""
+    exactly = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
+    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+
+
+def resource_claim(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def claim_template(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": spec},
+    }
+
+
+def use_claim(pod: dict[str, Any], source: dict[str, str]) -> dict[str, Any]:
+    """``pod`` with the pod claim ``gpu`` from ``source`` (``resourceClaimName`` or
+    ``resourceClaimTemplateName``), used by its first container."""
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", **source}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    return pod
+
+
+def create(api: client.ApiClient, body: dict[str, Any], namespace: str | None = None) -> None:
+    """Create a ``resource.k8s.io`` object (cluster-scoped without ``namespace``)."""
+    custom: Any = client.CustomObjectsApi(api)
+    plural = PLURALS[body["kind"]]
+    if namespace is None:
+        custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
+    else:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+
+
+def delete_claims(api: client.ApiClient, namespace: str, deadline_s: float = 300.0) -> bool:
+    """Delete the namespace's claims, generated or not, and wait until they are gone (their
+    devices free again); False when some are left at the deadline."""
+    custom: Any = client.CustomObjectsApi(api)
+    custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims")
+    end = time.monotonic() + deadline_s
+    while True:
+        left = custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "resourceclaims", limit=1
+        )
+        if not left["items"]:
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.5)
