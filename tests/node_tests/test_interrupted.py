@@ -55,18 +55,25 @@ def _term_with_parent() -> None:
 
 
 def _start_holder(work_dir: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(work_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        preexec_fn=_term_with_parent,  # noqa: PLW1509 - pytest's main thread
-    )
+    err = work_dir / "holder.stderr"
+    with err.open("w") as stderr:
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, str(work_dir)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            preexec_fn=_term_with_parent,  # noqa: PLW1509 - pytest's main thread
+        )
     assert holder.stdout is not None
     line = holder.stdout.readline()
     while line and not line.startswith("NODE "):  # structlog writes to stdout too
         line = holder.stdout.readline()
-    assert line, "the holder exited before its node was Ready"
+    if not line:
+        # reaped and closed here: a holder left behind would be reported against a later test
+        with holder:
+            holder.kill()
+        tail = err.read_text()[-3000:]
+        raise AssertionError(f"the holder exited before its node was Ready; its stderr:\n{tail}")
     info: dict[str, Any] = json.loads(line.removeprefix("NODE "))
     return holder, info
 

@@ -8,7 +8,9 @@ The node goes whole → MIG → TDM on two more GPUs → whole, with a pod's all
 layout touches kept all along; a layout change requested while an allocation holds a target GPU
 waits (PartitionWaiting names the pod) and converges once it is released; refused layouts give
 their Events and change nothing. tests/guide_tests/test_partition_on_real_nodes.py does the same
-on a real node with the deployed suite."""
+on a real node with the deployed suite. Here only: a Job that fails halfway (the Runtime refuses
+the third GPU's change) is recorded as failed with what changed (annotation and PartitionFailed),
+and the controller's next Job converges from there."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -50,6 +53,7 @@ LAYOUTS = {
     "mixed": "- {devices: [4], mig: [1g.10gb]}\n- {devices: [4], tdm: [50]}",
     "too-big": "- {devices: [4], mig: [4g.40gb, 3g.50gb]}",
     "no-such-gpu": "- {devices: [9], vfio: true}",
+    "mig-four": "- {devices: [0, 1, 2, 3], mig: [3g.40gb]}",
 }
 
 
@@ -359,3 +363,72 @@ async def test_a_runtime_older_than_partitioning_needs_is_refused_naming_both_ve
     assert set((await rig.gpus()).values()) == {"whole"}
     await asyncio.sleep(2)
     assert len(rig.kubelet.runs) == 1, "not retried"
+
+
+async def test_a_job_failing_halfway_is_recorded_with_what_changed_and_the_retry_converges(
+    rig: Rig,
+) -> None:
+    sim, change = rig.sim, "ConfigService.SetPartitioning"
+    real_enter = sim.faults.enter
+    failed_once: list[str] = []
+    failure_read = asyncio.Event()
+
+    async def third_change_fails_once(
+        method: str, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        await real_enter(method, context)
+        if method != change:
+            return
+        if not failed_once and sim.calls(change) == 3:
+            failed_once.append(method)
+            await context.abort(grpc.StatusCode.INTERNAL, "injected: MIG reconfigure failed")
+        if failed_once:
+            # The retry's changes wait until the test has read the failed outcome and the state
+            # it left (the controller records it before it creates the retry's Job, and backs
+            # off a second: this is short, well within the agent's RPC timeout).
+            await failure_read.wait()
+
+    sim.faults.enter = third_change_fails_once  # type: ignore[method-assign]
+    keeper = await rig.allocate("gpu-7", "keeper")
+    rig.select("mig-four")
+
+    def failed() -> PartitionStatus | None:
+        st = rig.status()
+        return st if st is not None and st.result == "failed" else None
+
+    st = await poll(failed, "the failed outcome")
+    assert (st.layout, st.attempt, st.reason) == ("mig-four", 1, "PartitioningFailed"), st
+    assert "gpu-2: whole → MIG 3g.40gb failed" in st.message, st.message
+    assert "injected: MIG reconfigure failed" in st.message, st.message
+    changed = "changed: gpu-0: whole → MIG 3g.40gb; gpu-1: whole → MIG 3g.40gb"
+    assert changed in st.message, st.message
+    assert "not yet: gpu-3" in st.message, st.message
+    assert st.retry.startswith("try 2/3 at "), st.retry
+    [event] = await poll(lambda: rig.events("PartitionFailed"), "PartitionFailed")
+    assert event.type == "Warning"
+    assert f"layout mig-four (Job {st.job}, try 1)" in event.message, event.message
+    assert changed in event.message, event.message
+    assert "try 2/3 at " in event.message, event.message
+    # The known state the failure left: the GPUs it names as changed, and only those.
+    gpus = await rig.gpus()
+    mig = "mig 3g.40gb"
+    assert [gpus[i] for i in range(8)] == [mig, mig, *["whole"] * 6], gpus
+    failure_read.set()
+
+    def retried() -> PartitionStatus | None:
+        st = rig.status()
+        return st if st is not None and st.result == "succeeded" else None
+
+    done = await poll(retried, "the retry converged")
+    assert (done.layout, done.reason) == ("mig-four", "Converged"), done
+    assert done.attempt == 2, done
+    assert done.job != st.job or done.job_uid != st.job_uid, "the failed Job was recorded again"
+    [ok] = await poll(lambda: rig.events("PartitionConverged"), "PartitionConverged")
+    assert "try 2" in ok.message, ok.message
+    assert "gpu-2: whole → MIG 3g.40gb" in ok.message, ok.message
+    assert "gpu-0: whole" not in ok.message, "the retry changed a GPU the first try had done"
+    gpus = await rig.gpus()
+    assert [gpus[i] for i in range(8)] == [*[mig] * 4, *["whole"] * 4], gpus
+    assert len(rig.kubelet.runs) == 2
+    assert len(rig.events("PartitionFailed")) == 1
+    assert await rig.allocation_ids() == [keeper]

@@ -215,7 +215,8 @@ def test_the_operator_installs_watches_and_removes_the_whole_suite_with_its_own_
         got_keys = {objects.key({**i, "kind": res.kind}) for i in found["items"]}
         assert got_keys == want, res.kind
     for c in policy_mod.COMPONENTS:
-        ok(me("GET", objects.BY_KIND[c.kind].path(NS, c.workload)), f"get {c.workload}")
+        for workload in c.workloads:
+            ok(me("GET", objects.BY_KIND[c.kind].path(NS, workload)), f"get {workload}")
     ok(me("GET", f"/api/v1/namespaces/{NS}/pods", query=[("labelSelector", "app=x")]), "pods")
     # Its policy: the finalizer and the status.
     fin = {"metadata": {"finalizers": [policy_mod.FINALIZER]}}
@@ -245,6 +246,24 @@ def _daemonset(op: OperatorRig, bend: Callable[[Obj], None]) -> Reply:
     ds = op.find("DaemonSet", "lj-runtimekit-exporter")
     bend(ds["spec"]["template"]["spec"])
     return op.operator.apply(ds)
+
+
+def _device_class(op: OperatorRig, bend: Callable[[Obj], None]) -> Reply:
+    dc = op.find("DeviceClass", "gpu.lj-runtimekit.aliyun.com")
+    bend(dc["spec"])
+    return op.operator.apply(dc)
+
+
+def _selector(expression: str) -> Callable[[Obj], None]:
+    return lambda spec: spec.update(selectors=[{"cel": {"expression": expression}}])
+
+
+OURS = 'device.driver == "lj-runtimekit.aliyun.com"'
+
+
+def _bent(ds: Obj, bend: Callable[[Obj], None]) -> Obj:
+    bend(ds["spec"]["template"]["spec"])
+    return ds
 
 
 def _container(pod: Obj) -> Obj:
@@ -343,6 +362,11 @@ REFUSED: dict[str, tuple[Attempt, int, str]] = {
         403,
         "daemonsets",
     ),
+    "device-class-of-another-name": (
+        lambda op: _renamed(op, "DeviceClass", "gpu.lj-runtimekit.aliyun.com", "gpu.nvidia.com"),
+        403,
+        "deviceclasses",
+    ),
     "cluster-admin-for-itself": (
         lambda op: op.operator(
             "POST",
@@ -438,6 +462,50 @@ REFUSED: dict[str, tuple[Attempt, int, str]] = {
         ),
         422,
         "mounts of the node only",
+    ),
+    "dra-plugin-mounts-the-kubelets-state": (
+        lambda op: op.operator.apply(
+            _bent(
+                op.find("DaemonSet", "lj-runtimekit-dra-plugin"),
+                lambda p: p["volumes"].append(
+                    {"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet"}}
+                ),
+            )
+        ),
+        422,
+        "mounts of the node only",
+    ),
+    "device-class-of-another-driver": (
+        lambda op: _device_class(op, _selector('device.driver == "gpu.nvidia.com"')),
+        422,
+        "lj-runtimekit.aliyun.com driver",
+    ),
+    "device-class-undoing-its-driver": (
+        lambda op: _device_class(op, _selector(f"{OURS} || true")),
+        422,
+        "lj-runtimekit.aliyun.com driver",
+    ),
+    "device-class-of-every-device": (
+        lambda op: _device_class(op, lambda spec: spec.pop("selectors")),
+        422,
+        "lj-runtimekit.aliyun.com driver",
+    ),
+    "device-class-configuring-another-driver": (
+        lambda op: _device_class(
+            op,
+            lambda spec: spec.update(
+                config=[{"opaque": {"driver": "gpu.nvidia.com", "parameters": {"a": "b"}}}]
+            ),
+        ),
+        422,
+        "configures that driver only",
+    ),
+    "device-class-for-another-resource": (
+        lambda op: _device_class(
+            op, lambda spec: spec.update(extendedResourceName="nvidia.com/gpu")
+        ),
+        422,
+        "the suite's extended resources",
     ),
     "host-pid": (
         lambda op: _daemonset(op, lambda p: p.update(hostPID=True)),

@@ -20,6 +20,11 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[3]
 REGISTRY = "registry.test/lj"
+#: The device plugin's DRA mode (docs/dra.md): rendered, applied and removed with it.
+DRA_PLUGIN = "lj-runtimekit-dra-plugin"
+DEVICE_CLASSES = [
+    ("DeviceClass", "", f"{kind}.lj-runtimekit.aliyun.com") for kind in ("gpu", "gpu-share", "ppu")
+]
 ORDER = [
     ("controller", "Deployment", "lj-runtimekit-controller"),
     ("scheduler", "Deployment", "lj-runtimekit-scheduler"),
@@ -70,10 +75,21 @@ def node_state(kube: Any, names: list[str]) -> dict[str, Any]:
     return out
 
 
+def assert_one_node_in_dra_mode(kube: Any, nodes: int) -> None:
+    """The DRA DaemonSet runs on the one node in DRA mode, the device plugin's on the others."""
+    dra = kube.apps.read_namespaced_daemon_set(DRA_PLUGIN, kube.namespace)
+    assert (dra.status.desired_number_scheduled, dra.status.number_available) == (1, 1)
+    image = dra.spec.template.spec.containers[0].image
+    assert image == f"{REGISTRY}/lj-runtimekit-device-plugin:v1.14.0"
+    main = kube.apps.read_namespaced_daemon_set("lj-runtimekit-device-plugin", kube.namespace)
+    assert main.status.desired_number_scheduled == nodes - 1
+
+
 async def test_a_policy_installs_converges_and_its_deletion_removes_the_suite(
     cluster: Any, kube: Any, start_operator: Any
 ) -> None:
     nodes = await kwok_nodes(cluster, kube)
+    kube.core.patch_node(nodes[0], {"metadata": {"labels": {"lj_runtimekit_device_mode": "dra"}}})
     before = await asyncio.to_thread(node_state, kube, nodes)
     config = "version: v1\nlog_format: json\nconcurrency: 3\n"
     name = kube.create_policy(spec(kube, controller={"config": config}))
@@ -96,6 +112,8 @@ async def test_a_policy_installs_converges_and_its_deletion_removes_the_suite(
     made = kube.labelled(name)
     assert ("ClusterRole", "", "lj-runtimekit-scheduler") in made
     assert ("RuntimeClass", "", "lj-runtime") in made
+    assert set(DEVICE_CLASSES) <= set(made)
+    assert_one_node_in_dra_mode(kube, len(nodes))
     row = kube.table(name)
     assert row["Name"] == name
     assert (row["Ready"], row["Progressing"], row["Degraded"]) == ("True", "False", "False")
@@ -274,6 +292,21 @@ async def test_the_operator_does_its_job_with_only_the_rights_deploy_operator_gr
     running = await start_operator(kubeconfig=kubeconfig)
     await kube.poll(lambda: ready(kube, name), what="the policy Ready")
     assert not running.operator.degraded(), "no request of the operator was refused"
+    # The device plugin in DRA mode comes with it: the DaemonSet (on no node here: none is in
+    # DRA mode, and that is ready) and the DeviceClasses, cluster-scoped.
+    made = kube.labelled(name)
+    assert [o for o in made if o[0] == "DeviceClass"] == sorted(DEVICE_CLASSES)
+    assert ("DaemonSet", kube.namespace, DRA_PLUGIN) in made
+    dra = kube.apps.read_namespaced_daemon_set(DRA_PLUGIN, kube.namespace)
+    assert dra.spec.template.spec.containers[0].image == (
+        f"{REGISTRY}/lj-runtimekit-device-plugin:v1.14.0"
+    )
+    assert dra.spec.template.spec.node_selector == {
+        "lj-test/operator": kube.label,
+        "lj_runtimekit_device_mode": "dra",
+    }
+    assert dra.status.desired_number_scheduled == 0
+    assert kube.component(name, "device-plugin")["ready"] is True
     port = running.operator.port
     health = await asyncio.to_thread(fetch, f"http://127.0.0.1:{port}/healthz")
     assert health == "ok\n"

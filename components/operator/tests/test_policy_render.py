@@ -163,7 +163,9 @@ def test_rendered_objects_are_the_policys_in_its_namespace(
             main = pod["containers"][0]
             assert main["image"] == f"reg.test/p/lj-runtimekit-{component}:{tag}"
             if selector is not None:
-                assert pod["nodeSelector"] == selector
+                dra = obj["metadata"]["name"] == "lj-runtimekit-dra-plugin"
+                mode = {render.DEVICE_MODE_LABEL: "dra"} if dra else {}
+                assert pod["nodeSelector"] == selector | mode
             ann = obj["spec"]["template"]["metadata"]["annotations"]
             assert ann[render.CONFIG_HASH] == render.config_hash(config)
             if component == "controller":
@@ -188,3 +190,41 @@ def test_rendering_does_not_change_the_bundle_and_a_config_change_changes_the_di
     assert yaml.safe_dump(BUNDLE.objects["exporter"]) == before
     common = render.render(p1, COMMON, BUNDLE.objects[COMMON])
     assert [o["kind"] for o in common] == ["RuntimeClass"]
+
+
+def test_the_device_plugin_renders_its_dra_daemonset_and_device_classes() -> None:
+    p = parse(
+        policy({"components": {"devicePlugin": {"version": "v9.9.9", "nodeSelector": {"a": "b"}}}}),
+        BUNDLE.registry,
+        BUNDLE.version,
+    )
+    objs = render.render(p, "device-plugin", BUNDLE.objects["device-plugin"])
+    by_kind: dict[str, list[str]] = {}
+    for o in objs:
+        by_kind.setdefault(o["kind"], []).append(o["metadata"]["name"])
+    device = next(c for c in COMPONENTS if c.name == "device-plugin")
+    assert by_kind["DaemonSet"] == list(device.workloads)
+    assert by_kind["DeviceClass"] == [
+        "gpu.lj-runtimekit.aliyun.com",
+        "gpu-share.lj-runtimekit.aliyun.com",
+        "ppu.lj-runtimekit.aliyun.com",
+    ]
+    pods = {
+        o["metadata"]["name"]: o["spec"]["template"]["spec"]
+        for o in objs
+        if o["kind"] == "DaemonSet"
+    }
+    image = f"{BUNDLE.registry}/lj-runtimekit-device-plugin:v9.9.9"
+    assert {n: p["containers"][0]["image"] for n, p in pods.items()} == dict.fromkeys(pods, image)
+    assert "--mode=dra" in pods["lj-runtimekit-dra-plugin"]["containers"][0]["args"]
+    # The policy's nodeSelector replaces the manifests'; a node's mode still picks one of them.
+    assert pods["lj-runtimekit-device-plugin"]["nodeSelector"] == {"a": "b"}
+    assert pods["lj-runtimekit-dra-plugin"]["nodeSelector"] == {
+        "a": "b",
+        render.DEVICE_MODE_LABEL: "dra",
+    }
+    assert "affinity" in pods["lj-runtimekit-device-plugin"]
+    for o in objs:
+        if o["kind"] == "DeviceClass":
+            assert "namespace" not in o["metadata"]
+            assert o["metadata"]["labels"][POLICY_LABEL] == "suite"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ from lj_runtimekit_operator.rollout import (
     PodTrouble,
     Record,
     Workload,
+    combine,
     decide,
     disabled,
 )
@@ -175,6 +177,56 @@ def test_troubles_of_old_pods_do_not_fail_a_new_version() -> None:
         may_start=True,
     )
     assert not d.record.failed_image
+
+
+def daemonset(image: str, desired: int, ready: int, generation: int = 2) -> Workload:
+    return Workload(image, generation, generation, desired, ready, ready, desired)
+
+
+NOWHERE = daemonset(NEW, 0, 0)  # the DRA DaemonSet where no node is in DRA mode
+
+
+@pytest.mark.parametrize(
+    ("parts", "image", "ready"),
+    [
+        ([daemonset(NEW, 2, 2), NOWHERE], NEW, True),
+        ([daemonset(NEW, 0, 0), NOWHERE], NEW, True),  # 0/0 is ready, as for one workload
+        ([daemonset(NEW, 1, 1), daemonset(NEW, 1, 1)], NEW, True),
+        ([daemonset(NEW, 2, 2), daemonset(NEW, 1, 0)], NEW, False),
+        ([daemonset(NEW, 2, 1), NOWHERE], NEW, False),
+        ([daemonset(NEW, 2, 2), dataclasses.replace(NOWHERE, observed_generation=1)], NEW, False),
+        ([daemonset(NEW, 2, 2), daemonset(OLD, 0, 0)], "", False),
+        # one behind by a pod, the other over by one (a node leaving): the sums agree, it is not
+        ([daemonset(NEW, 2, 1), Workload(NEW, 2, 2, 0, 1, 1, 1)], NEW, False),
+    ],
+    ids=[
+        "dra-on-no-node",
+        "both-on-no-node",
+        "both-ready",
+        "dra-pod-not-ready",
+        "main-pod-not-ready",
+        "dra-spec-not-seen",
+        "dra-on-another-image",
+        "sums-agree-parts-do-not",
+    ],
+)
+def test_a_component_of_two_workloads_is_ready_when_each_is(
+    parts: list[Workload], image: str, ready: bool
+) -> None:
+    both = combine(parts)
+    assert both is not None
+    assert both.image == image  # none when they differ: the component is not at any one image
+    d = decide(spec(), READY_OLD, both, [], now=NOW, deadline=300, may_start=True)
+    assert d.record.ready is ready
+
+
+def test_a_component_missing_one_of_its_workloads_is_absent_and_applied_again() -> None:
+    assert combine([daemonset(NEW, 2, 2), None]) is None
+    assert combine([None, NOWHERE]) is None
+    assert combine([daemonset(NEW, 2, 2)]) == daemonset(NEW, 2, 2)
+    d = decide(spec(), READY_OLD, combine([daemonset(NEW, 2, 2), None]), [], now=NOW,
+               deadline=300, may_start=True)  # fmt: skip
+    assert (d.image, d.record.ready, d.settled) == (NEW, False, False)
 
 
 def test_disabled_is_settled_and_keeps_the_last_ready_version() -> None:

@@ -188,13 +188,18 @@ class Kube:
             return None
 
     async def list_objects(self, kind: str, selector: str, namespace: str = "") -> list[Obj]:
-        """Objects of ``kind`` matching ``selector``: in every namespace unless one is given."""
-        data = await self._call(
-            f"list_{kind.lower()}",
-            "GET",
-            BY_KIND[kind].path(namespace),
-            query={"labelSelector": selector},
-        )
+        """Objects of ``kind`` matching ``selector``: in every namespace unless one is given.
+        Empty where the apiserver does not serve the kind (DeviceClasses before Kubernetes 1.34),
+        so that pruning and deleting a policy still work there."""
+        try:
+            data = await self._call(
+                f"list_{kind.lower()}",
+                "GET",
+                BY_KIND[kind].path(namespace),
+                query={"labelSelector": selector},
+            )
+        except NotFound:
+            return []
         items: list[Obj] = data.get("items") or []
         for item in items:  # a list's items carry no kind
             item.setdefault("kind", kind)

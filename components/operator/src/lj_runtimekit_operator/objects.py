@@ -50,6 +50,8 @@ RESOURCES = (
         "validatingadmissionpolicybindings",
         False,
     ),
+    # The device plugin's DRA DeviceClasses (docs/dra.md): what claims name.
+    Resource("resource.k8s.io/v1", "DeviceClass", "deviceclasses", False),
     Resource("v1", "Service", "services", True),
     Resource("apps/v1", "Deployment", "deployments", True),
     Resource("apps/v1", "DaemonSet", "daemonsets", True),

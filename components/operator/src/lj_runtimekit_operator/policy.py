@@ -54,6 +54,13 @@ class Component:
     folder: str  # deploy/<folder>/
     kind: str  # its workload's kind
     workload: str  # its workload's name (also its main container's)
+    #: More workloads of the same kind and image, rolled out and judged with the main one
+    others: tuple[str, ...] = ()
+
+    @property
+    def workloads(self) -> tuple[str, ...]:
+        """Every workload of the component, the main one first."""
+        return (self.workload, *self.others)
 
 
 #: The safe order of an upgrade: the Deployments that decide (controller, scheduler) first, then
@@ -61,8 +68,14 @@ class Component:
 COMPONENTS = (
     Component("controller", "controller", "controller", "Deployment", "lj-runtimekit-controller"),
     Component("scheduler", "scheduler", "scheduler", "Deployment", "lj-runtimekit-scheduler"),
+    # The same image in DRA mode, on the nodes labelled for it (docs/dra.md).
     Component(
-        "devicePlugin", "device-plugin", "deviceplugin", "DaemonSet", "lj-runtimekit-device-plugin"
+        "devicePlugin",
+        "device-plugin",
+        "deviceplugin",
+        "DaemonSet",
+        "lj-runtimekit-device-plugin",
+        others=("lj-runtimekit-dra-plugin",),
     ),
     Component("exporter", "exporter", "exporter", "DaemonSet", "lj-runtimekit-exporter"),
 )

@@ -308,12 +308,15 @@ class Reconciler:
         blocker: str,
     ) -> rollout.Decision:
         spec = policy.component(c.name)
-        kind, workload = c.kind, c.workload
-        found = await self.kube.get(kind, policy.namespace, workload)
-        seen = workload_view(found) if found is not None else None
+        views = []
+        for workload in c.workloads:
+            found = await self.kube.get(c.kind, policy.namespace, workload)
+            views.append(workload_view(found) if found is not None else None)
+        seen = rollout.combine(views)
         troubles: list[rollout.PodTrouble] = []
         if seen is not None and not (seen.image == spec.image and seen.ready):
-            troubles = pod_troubles(await self.kube.list_pods(policy.namespace, f"app={workload}"))
+            apps = f"app in ({','.join(c.workloads)})"
+            troubles = pod_troubles(await self.kube.list_pods(policy.namespace, apps))
         decision = rollout.decide(
             spec,
             before,

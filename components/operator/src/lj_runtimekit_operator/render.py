@@ -2,8 +2,9 @@
 
 What changes from deploy/: the namespace (of the objects, of the ServiceAccounts that RBAC
 bindings and admission policies name), the image of the workload's container (and the
-controller's ``--job-image``), its nodeSelector, the ConfigMap's ``config.yaml`` and, so that a
-config change restarts the pods as a new image does, a hash of that config on the pod template.
+controller's ``--job-image``), its nodeSelector (the DRA DaemonSet keeps its device mode label),
+the ConfigMap's ``config.yaml`` and, so that a config change restarts the pods as a new image
+does, a hash of that config on the pod template.
 Every object gets the labels of the policy and component; namespaced ones an owner reference to
 the policy (a cluster-scoped owner of namespaced dependents is allowed; for the cluster-scoped
 objects the label and the policy's finalizer do the job).
@@ -31,6 +32,8 @@ from .policy import (
 CONFIG_KEY = "config.yaml"
 CONFIG_HASH = "lj-runtimekit.aliyun.com/config-hash"
 _MANIFEST_NAMESPACE = "kube-system"
+#: The node label that puts a node's devices in DRA mode (docs/dra.md).
+DEVICE_MODE_LABEL = "lj_runtimekit_device_mode"
 
 
 def labels(policy: str, component: str) -> dict[str, str]:
@@ -90,7 +93,10 @@ def _workload(obj: Obj, spec: ComponentSpec, image: str, config: str) -> None:
             for a in args
         ]
     if spec.node_selector is not None:
-        pod["nodeSelector"] = dict(spec.node_selector)
+        # The device mode stays: it is what says which of the device plugin's two DaemonSets
+        # runs on a node (the other one keeps off those nodes by its affinity).
+        mode = {k: v for k, v in (pod.get("nodeSelector") or {}).items() if k == DEVICE_MODE_LABEL}
+        pod["nodeSelector"] = dict(spec.node_selector) | mode
     annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
     annotations[CONFIG_HASH] = config_hash(config)
 

@@ -2,7 +2,9 @@
 policy's status says of it. Pure: the workload and its pods' troubles come in as plain data.
 
 A component's new image is *ready* when its workload has seen its latest spec and every replica
-(every scheduled pod of a DaemonSet) is updated and available. It *failed* when one of its new
+(every scheduled pod of a DaemonSet) is updated and available; a component of several workloads
+(the device plugin and its DRA mode) when each of them is. A DaemonSet that no node asks for
+(0 desired: no node labelled for it) is ready. It *failed* when one of its new
 pods waits in a state that does not heal by waiting (ImagePullBackOff, ErrImagePull,
 CrashLoopBackOff, InvalidImageName), or when it is not ready within the deadline; then the
 component goes back to the last image that was ready (kept in the status) and stays there until
@@ -12,6 +14,7 @@ the policy names another image: the failed one is not retried by itself.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .policy import ComponentSpec
@@ -31,9 +34,12 @@ class Workload:
     updated: int
     available: int
     total: int  # pods of any version (a Deployment's old ones included)
+    parts: tuple[Workload, ...] = ()  # made by combine(): the workloads it sums
 
     @property
     def ready(self) -> bool:
+        if self.parts:
+            return all(p.ready for p in self.parts)
         return (
             self.observed_generation >= self.generation
             and self.updated == self.desired
@@ -43,6 +49,28 @@ class Workload:
 
     def progress(self) -> str:
         return f"{self.updated}/{self.desired} updated, {self.available}/{self.desired} available"
+
+
+def combine(seen: Sequence[Workload | None]) -> Workload | None:
+    """The workloads of one component as one: absent while any of them is (the next apply makes
+    it), its image theirs when they all run the same one (else none), its counts summed, ready
+    when each of them is."""
+    if not seen or any(w is None for w in seen):
+        return None
+    parts = tuple(w for w in seen if w is not None)
+    if len(parts) == 1:
+        return parts[0]
+    images = {w.image for w in parts}
+    return Workload(
+        image=parts[0].image if len(images) == 1 else "",
+        generation=sum(w.generation for w in parts),
+        observed_generation=sum(w.observed_generation for w in parts),
+        desired=sum(w.desired for w in parts),
+        updated=sum(w.updated for w in parts),
+        available=sum(w.available for w in parts),
+        total=sum(w.total for w in parts),
+        parts=parts,
+    )
 
 
 @dataclass(frozen=True)
