@@ -88,12 +88,16 @@ def test_every_chart_renders_from_the_registry_as_from_its_folder_with_the_pushe
 
 
 @pytest.mark.cluster
+@pytest.mark.parametrize("name", ["lj-runtimekit", "lj-runtimekit-extensions"])
 def test_helm_install_from_oci_onto_the_control_plane(
-    bundle: Bundle, registry: LocalRegistry, charts_pushed: Path, cluster: Cluster
+    bundle: Bundle, registry: LocalRegistry, charts_pushed: Path, cluster: Cluster, name: str
 ) -> None:
+    """The full chart and the lean plan's, each installed from oci:// (the operator's chart is
+    installed from oci:// onto a real node in tests/guide_tests/test_operator_on_real_nodes.py)."""
     site = f"{registry.address}/{PROJECT}"
-    chart = next(c for c in bundle.manifest["charts"] if c["name"] == "lj-runtimekit")
+    chart = next(c for c in bundle.manifest["charts"] if c["name"] == name)
     env = {"KUBECONFIG": cluster.kubeconfig}
+    ns = NS if name == "lj-runtimekit" else f"{NS}-lean"  # the other may still be terminating
 
     def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -109,20 +113,20 @@ def test_helm_install_from_oci_onto_the_control_plane(
     # --skip-crds: the session's cluster is shared; the CRDs are deploy-all's and the deploy
     # tests' to create and purge (a CRD made here outlived its cleanup and raced their purge).
     done = helm(
-        charts_pushed, "install", RELEASE, f"oci://{registry.address}/{CHART_REPO}/lj-runtimekit",
-        "--version", chart["version"], "--plain-http", "-n", NS, "--create-namespace",
+        charts_pushed, "install", RELEASE, f"oci://{registry.address}/{CHART_REPO}/{name}",
+        "--version", chart["version"], "--plain-http", "-n", ns, "--create-namespace",
         "--skip-crds", "--set", f"registry={site}", **env,
     )  # fmt: skip
     try:
         assert done.returncode == 0, done.stdout + done.stderr
-        listed = helm(charts_pushed, "list", "-n", NS, "-o", "json", **env)
+        listed = helm(charts_pushed, "list", "-n", ns, "-o", "json", **env)
         assert listed.returncode == 0, listed.stderr
         (release,) = json.loads(listed.stdout)
         assert release["name"] == RELEASE
         assert release["status"] == "deployed"
-        assert release["chart"] == f"lj-runtimekit-{chart['version']}"
+        assert release["chart"] == f"{name}-{chart['version']}"
         got = kubectl(
-            "-n", NS, "get", "deployments,daemonsets", "-o",
+            "-n", ns, "get", "deployments,daemonsets", "-o",
             "jsonpath={range .items[*]}{.spec.template.spec.containers[*].image}{'\\n'}{end}",
         )  # fmt: skip
         assert got.returncode == 0, got.stderr
@@ -130,5 +134,5 @@ def test_helm_install_from_oci_onto_the_control_plane(
         assert images, got.stdout
         assert all(i.startswith(f"{site}/") for i in images), images
     finally:
-        helm(charts_pushed, "uninstall", RELEASE, "-n", NS, "--wait", **env)
-        kubectl("delete", "namespace", NS, "--wait=false")
+        helm(charts_pushed, "uninstall", RELEASE, "-n", ns, "--wait", **env)
+        kubectl("delete", "namespace", ns, "--wait=false")
