@@ -158,7 +158,7 @@ class Cluster:
         for kind, fn in listings.items():
             for item in fn(label_selector=selector).items:
                 out.append((kind, item.metadata.namespace or "", item.metadata.name))
-        classes = self.custom.list_cluster_custom_object(
+        classes: Any = self.custom.list_cluster_custom_object(
             "resource.k8s.io", "v1", "deviceclasses", label_selector=selector
         )
         out += [("DeviceClass", "", i["metadata"]["name"]) for i in classes["items"]]
