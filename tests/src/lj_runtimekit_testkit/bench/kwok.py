@@ -64,8 +64,13 @@ class BoundWatch:
                 for line in lines:
                     if not line.strip():
                         continue
-                    obj = json.loads(line)["object"]
-                    name = obj["metadata"]["name"]
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":  # e.g. 410 Gone: watch again from a list
+                        return
+                    obj = event["object"]
+                    name = obj.get("metadata", {}).get("name")
+                    if not name:  # a BOOKMARK carries no name
+                        continue
                     if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
                         self.bound[name] = now
                 if self.stop.is_set():
