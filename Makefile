@@ -58,6 +58,7 @@ k8s-bin: ## build (first time) the test control plane, real-node binaries and Pr
 	tests/cluster/build-binaries.sh
 	tests/cluster/build-node-binaries.sh
 	tests/cluster/build-registry.sh >/dev/null
+	tests/cluster/build-nerdctl.sh >/dev/null
 	tests/monitoring_tests/build-prometheus.sh >/dev/null
 
 .PHONY: isolation

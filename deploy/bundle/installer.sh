@@ -225,7 +225,12 @@ load_one() {
         out="ctr imported $archive but $ref is not listed in namespace $NAMESPACE"; rc=1
       fi ;;
     nerdctl)
-      out=$(nerdctl --namespace "$NAMESPACE" load -i "$WORK/$archive" 2>&1); rc=$? ;;
+      # nerdctl names the image as ctr does; its "Loaded image:" line shortens docker.io names,
+      # so ask for the reference itself afterwards.
+      out=$(nerdctl --namespace "$NAMESPACE" load -i "$WORK/$archive" 2>&1); rc=$?
+      if [ "$rc" -eq 0 ] && ! nerdctl --namespace "$NAMESPACE" image inspect "$ref" >/dev/null 2>&1; then
+        out="nerdctl loaded $archive but $ref is not in namespace $NAMESPACE"; rc=1
+      fi ;;
     docker)
       out=$( { loaded=$(docker load -q -i "$WORK/$archive") && tag_loaded "$loaded" "$ref"; } 2>&1); rc=$? ;;
   esac

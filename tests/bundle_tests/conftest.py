@@ -33,6 +33,8 @@ SITE_TOOLS = frozenset({"docker", "podman", "skopeo", "crane", "ctr", "nerdctl"}
 #: installs them, as ``make images`` does).
 PACKAGED_TOOLS = ("skopeo", "podman")
 INSTALL_TOOLS = REPO / "tests" / "images" / "install-tools.sh"
+#: Builds (first time) the real nerdctl the real-node load test puts on a node's PATH.
+BUILD_NERDCTL = REPO / "tests" / "cluster" / "build-nerdctl.sh"
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,18 @@ def packaged_tools() -> dict[str, Path]:
 def crane_dir() -> Path:
     """The folder holding the harness' crane (put it on PATH to push with it)."""
     return registry_binaries()
+
+
+@pytest.fixture(scope="session")
+def nerdctl_binary() -> Path:
+    """nerdctl built from Go modules by ``tests/cluster/build-nerdctl.sh`` (``make k8s-bin``),
+    static, cached under ~/.cache/lj-runtimekit/nerdctl/<version>."""
+    done = subprocess.run(
+        [str(BUILD_NERDCTL)], capture_output=True, text=True, timeout=1800, check=False
+    )
+    if done.returncode != 0:
+        pytest.fail(f"{BUILD_NERDCTL} failed:\n{done.stderr[-3000:]}", pytrace=False)
+    return Path(done.stdout.strip().splitlines()[-1]) / "nerdctl"
 
 
 def helm_env(home: Path) -> dict[str, str]:

@@ -223,11 +223,24 @@ def test_load_uses_the_first_runtime_tool_and_says_when_there_is_none(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "loading into this node with nerdctl (namespace k8s.io)" in done.stdout
     calls = (bin_dir / "calls.log").read_text().splitlines()
-    assert len(calls) == len(bundle.manifest["images"])
-    for image, call in zip(bundle.manifest["images"], calls, strict=True):
-        assert call.startswith("nerdctl --namespace k8s.io load -i ")
-        assert call.endswith(f"/{image['archive']}")
+    # Per image: the load, then a look for the image under its reference.
+    assert len(calls) == 2 * len(bundle.manifest["images"])
+    for image, load, inspect in zip(
+        bundle.manifest["images"], calls[::2], calls[1::2], strict=True
+    ):
+        assert load.startswith("nerdctl --namespace k8s.io load -i ")
+        assert load.endswith(f"/{image['archive']}")
+        assert inspect == f"nerdctl --namespace k8s.io image inspect {image['image']}"
         assert f"loaded  {image['image']} ({image['digest']}) with nerdctl" in done.stdout
+
+    # A load that exits 0 but leaves no image under the reference fails that image.
+    unnamed = tmp_path / "unnamed"
+    stub_tool(unnamed, "nerdctl", '[ "$3" = image ] && exit 1; exit 0')
+    lost = bundle.installer("load", path=[unnamed], only_path=True)
+    assert lost.returncode == E_IMAGE
+    (first, *_) = bundle.manifest["images"]
+    assert f"FAILED {first['image']}: nerdctl could not load" in lost.stderr
+    assert f"{first['image']} is not in namespace k8s.io" in lost.stderr
 
     none = bundle.installer("load", path=[tmp_path / "empty"], only_path=True)
     assert none.returncode == E_TOOL

@@ -1,10 +1,12 @@
-"""The bundle on real nodes (#23 "Done when"): ``<run> load`` on a node with no registry puts every
-image into its containerd (namespace k8s.io) under the bundle's digests and a pod runs from one
-with nothing pulled; and a node pulls an image the installer pushed into a registry on the node
-network (the host's bridge address, containerd told through hosts.toml to use plain HTTP)."""
+"""The bundle on real nodes (#23 "Done when"): ``<run> load`` on a node with no registry, with the
+node's ctr and with a real nerdctl put on its PATH, puts every image into its containerd (namespace
+k8s.io) under the bundle's digests and a pod runs from one with nothing pulled; and a node pulls
+an image the installer pushed into a registry on the node network (the host's bridge address,
+containerd told through hosts.toml to use plain HTTP)."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -79,18 +81,38 @@ def run_version_pod(
     return str(log), list(events.items)
 
 
-def test_load_on_a_node_without_registry_and_a_pod_runs_from_a_loaded_image(
-    bundle: Bundle, cluster: Cluster, namespace: str, real_nodes: RealNodeFactory
+#: The load tools run for real on a node: ctr (the node's own, beside containerd) and nerdctl
+#: (built from Go modules by tests/cluster/build-nerdctl.sh, put on the node's PATH here).
+LOAD_TOOLS = ("ctr", "nerdctl")
+
+
+@pytest.mark.parametrize("tool", LOAD_TOOLS)
+def test_load_on_a_node_without_registry_and_a_pod_runs_from_a_loaded_image(  # noqa: PLR0917
+    bundle: Bundle,
+    cluster: Cluster,
+    namespace: str,
+    real_nodes: RealNodeFactory,
+    request: pytest.FixtureRequest,
+    tool: str,
 ) -> None:
     node = real_nodes.add()
     images = bundle.manifest["images"]
     assert not {i["image"] for i in images} & set(node_images(node))
-    # As an operator would on the node: the installer from the unpacked bundle, ctr found on PATH.
-    done = node.exec([str(bundle.run), "load"], check=False, timeout=600)
+    args = [str(bundle.run), "load"]
+    if tool == "nerdctl":
+        # As an operator installs it: the static binary in /usr/local/bin (the node's own
+        # overlay), talking to the node's containerd on its default socket. ctr stays on PATH,
+        # and would be picked first: --tool names nerdctl.
+        on_path = node.host_path("/usr/local/bin/nerdctl")
+        shutil.copyfile(request.getfixturevalue("nerdctl_binary"), on_path)
+        on_path.chmod(0o755)
+        args.append("--tool=nerdctl")
+    # As an operator would on the node: the installer from the unpacked bundle, the tool on PATH.
+    done = node.exec(args, check=False, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "loading into this node with ctr (namespace k8s.io)" in done.stdout
+    assert f"loading into this node with {tool} (namespace k8s.io)" in done.stdout
     for image in images:
-        said = f"loaded  {image['image']} ({image['digest']}) with ctr (namespace k8s.io)"
+        said = f"loaded  {image['image']} ({image['digest']}) with {tool} (namespace k8s.io)"
         assert said in done.stdout
     on_node = node_images(node)
     assert {i["image"]: on_node.get(i["image"]) for i in images} == {
