@@ -134,6 +134,25 @@ def _node(name: str) -> str:
     return f"/api/v1/nodes/{name}"
 
 
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+def _slice(name: str, node: str | None) -> dict[str, object]:
+    """A ResourceSlice of the suite's driver with one device, on ``node`` (None: all nodes)."""
+    where: dict[str, object] = {"nodeName": node} if node else {"allNodes": True}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "lj-runtimekit.aliyun.com",
+            "pool": {"name": node or "all", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+            **where,
+        },
+    }
+
+
 LABEL = "lj-runtimekit.aliyun.com/sec-test"
 DP_ANN = "lj-runtimekit-device-plugin/allocated"
 CTL_ANN = "lj-runtimekit-controller/last-action-status"
@@ -615,6 +634,18 @@ ATTACKS: list[Attack] = [
         "may only change its own labels",
     ),
     Attack(
+        "device-plugin-resourceslice-of-another-node",
+        "device-plugin",
+        lambda r, o: ("POST", SLICES, _slice(f"sec-other-{r.other_node}", r.other_node)),
+        "may only write its own node, its NodeDevices, the ResourceSlices of its node",
+    ),
+    Attack(
+        "device-plugin-resourceslice-for-all-nodes",
+        "device-plugin",
+        lambda r, o: ("POST", SLICES, _slice("sec-all-nodes", None)),
+        "may only write its own node, its NodeDevices, the ResourceSlices of its node",
+    ),
+    Attack(
         "device-plugin-cordon-own-node",
         "device-plugin",
         lambda r, o: ("PATCH", _node(r.own_node), {"spec": {"unschedulable": True}}),
@@ -914,6 +945,16 @@ def test_device_plugin_token_does_all_the_device_plugin_does(rig: Rig, objs: Obj
     got = rig.root("GET", f"{ND}/{rig.own_node}", None).body
     assert got["status"]["deviceCount"] == 8
     rig.root("DELETE", f"{ND}/{rig.own_node}", None)
+    # mode dra: its node's ResourceSlices, listed by node and driver, and claims read
+    name = f"sec-{rig.own_node}-slice"
+    made = _ok(d("POST", SLICES, _slice(name, rig.own_node)), "create its node's slice").body
+    q = [("fieldSelector", f"spec.nodeName={rig.own_node},spec.driver=lj-runtimekit.aliyun.com")]
+    listed = _ok(d("GET", SLICES, None, query=q), "list its node's slices").body
+    assert name in {i["metadata"]["name"] for i in listed["items"]}
+    made["spec"]["pool"]["generation"] = 2
+    _ok(d("PUT", f"{SLICES}/{name}", made), "replace its node's slice")
+    _ok(d("GET", "/apis/resource.k8s.io/v1/resourceclaims", None), "list claims")
+    _ok(d("DELETE", f"{SLICES}/{name}", None), "delete its node's slice")
 
 
 def test_exporter_token_does_all_the_exporter_does(rig: Rig, objs: Objects) -> None:
