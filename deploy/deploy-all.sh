@@ -228,6 +228,9 @@ apply_folder() {
   if [[ -n ${2:-} && -z $dry_run ]] && grep -q "^configmap/lj-runtimekit-$2 configured" <<<"$out"; then
     info "its ConfigMap changed: restart $(workload_of "$2") to read it"
     k -n "$NS" rollout restart "$(workload_of "$2")" | sed "s/^/$(ts) [INFO]   /"
+    if [[ $2 == device-plugin ]]; then # its DRA mode reads the same ConfigMap (docs/dra.md)
+      k -n "$NS" rollout restart daemonset/lj-runtimekit-dra-plugin | sed "s/^/$(ts) [INFO]   /"
+    fi
   fi
 }
 
