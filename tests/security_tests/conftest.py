@@ -258,47 +258,45 @@ def rig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     r = Rig(cluster, admin, own, other, victims, tokens, unbound, job_image())
 
     # Policies take effect once the apiserver has loaded them (and the controller's parameter).
+    # Every probe is a real change: a new label value, a new Lease name. A probe the apiserver
+    # let through before the policies were in force has written its label or made its Lease,
+    # and the same request again would be a no-op label patch (which the device plugin's policy
+    # rightly allows) or a 409: the policy's refusal would never be seen (CI lost 270 s and the
+    # whole module that way).
+    probes = iter(range(1_000_000))
+
     def in_force() -> bool:
+        n = next(probes)
         return bool(
             "may only change its own labels"
             in r.as_("device-plugin")(
                 "PATCH",
                 f"/api/v1/nodes/{own}",
-                {"metadata": {"labels": {"sec-test/probe": "x"}}},
+                {"metadata": {"labels": {"sec-test/probe": f"p{n}"}}},
             ).message
             and "the controller may only create and renew its own Lease"
             in r.as_("controller")(
                 "POST",
                 f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
-                {"metadata": {"name": f"probe-{run}"}, "spec": {}},
+                {"metadata": {"name": f"probe-{run}-c{n}"}, "spec": {}},
             ).message
             and "may only create and renew its own Lease lj-runtimekit-scheduler"
             in r.as_("scheduler")(
                 "POST",
                 f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
-                {"metadata": {"name": f"probe-{run}"}, "spec": {}},
+                {"metadata": {"name": f"probe-{run}-s{n}"}, "spec": {}},
             ).message
         )
 
-    try:
-        eventually("the admission policies in force", in_force, deadline_s=90.0)
-    except AssertionError:
-        # Seen in CI on the session's shared apiserver after the CRDs, RBAC and policies had
-        # been deleted and made again by earlier modules: objects applied once never came into
-        # force, while the same objects deleted and applied again (the next module's rig) did
-        # at once. Make them once more (not the ServiceAccounts: the tokens are bound to them),
-        # then wait as long again.
-        again = [o for o in objs if o["kind"] != "ServiceAccount"]
-        for o in reversed(again):
-            ns = o["metadata"].get("namespace")
-            kubectl(cluster, "delete", o["kind"].lower(), o["metadata"]["name"],
-                    *([f"-n={ns}"] if ns else []), "--ignore-not-found")  # fmt: skip
-        kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-",
-                stdin=yaml.safe_dump_all(again))  # fmt: skip
+    try:  # what the setup made goes, even when the policies never came into force
         eventually("the admission policies in force", in_force, deadline_s=180.0)
-    try:
         yield r
     finally:
+        leases = client.CoordinationV1Api(admin)
+        for lease in leases.list_namespaced_lease(NS).items:
+            name = (lease.metadata.name if lease.metadata else None) or ""
+            if name.startswith(f"probe-{run}-"):  # probes let through
+                leases.delete_namespaced_lease(name, NS)
         for name in holders:
             core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
         core.delete_namespace(victims)
