@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ async def node(runtime_sim: Any) -> AsyncIterator[Node]:
         for server in servers:
             await server.stop(None)
         await client.close()
+        shutil.rmtree(plugin_dir, ignore_errors=True)  # each test left one in /tmp
 
 
 async def _next(call: Any, within_s: float = 5.0) -> api_pb2.ListAndWatchResponse:
