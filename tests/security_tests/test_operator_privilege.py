@@ -137,6 +137,10 @@ def op(cluster: Cluster) -> Iterator[OperatorRig]:
             stdin=yaml.safe_dump_all(access))  # fmt: skip
     admin = cluster.api_client()
     root = Caller(admin)
+    # The session's cluster may hold a RuntimeClass lj-runtime an earlier module made without the
+    # suite's labels; the operator's policy rightly refuses to take over an object that is not
+    # the suite's (CI: 422 on it). Start from none, as a cluster the operator installs on.
+    root("DELETE", "/apis/node.k8s.io/v1/runtimeclasses/lj-runtime")
     run = uuid.uuid4().hex[:6]
     (node,) = cluster.create_gpu_nodes(1, prefix=f"secop-{run}")
     victims = f"secop-victims-{run}"
