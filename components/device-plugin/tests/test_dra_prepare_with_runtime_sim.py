@@ -2,7 +2,13 @@
 the claim's devices are allocated, the CDI spec carries the Runtime's injection, the checkpoint
 makes a repeated prepare (and one after a restart) allocate nothing, unprepare releases, and a
 failure at any step leaves nothing allocated. The claims are the apiserver's JSON as the
-scheduler writes it (the apiserver itself is in the real-node test)."""
+scheduler writes it (the apiserver itself is in the real-node test).
+
+Partitions on demand (``dra_partitions: dynamic``): a claim for a MIG instance or a TDM slice gets
+one made at prepare beside the ones other claims hold and removed at unprepare, so a GPU whose
+claims ended is whole again; idle partitions (a layout's) are taken over or removed to make room;
+a whole-GPU claim clears them; a Runtime without CreatePartition, or an allocation that fails
+after the partition was made, leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -10,16 +16,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from lj_runtimekit_device_plugin.dra_cdi import validate_spec
 from lj_runtimekit_device_plugin.dra_checkpoint import CheckpointStore
 from lj_runtimekit_device_plugin.dra_prepare import ClaimRef, Preparer
-from lj_runtimekit_device_plugin.dra_slices import device_names
+from lj_runtimekit_device_plugin.dra_slices import DYNAMIC, device_names, offers
 from lj_runtimekit_device_plugin.kube import NotFound
 from lj_runtimekit_device_plugin.model import Device
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient
+from lj_runtimekit_device_plugin.runtime_partitions import PartitionClient
+from lj_runtimekit_testkit.simulator.services import ALL_METHODS
 
 DRIVER, NODE, KIND = "lj-runtimekit.aliyun.com", "node-a", "aliyun.com/gpu"
 BOOT = "boot-1"
@@ -322,3 +331,164 @@ async def test_a_result_that_consumed_the_whole_gpu_is_a_whole_allocation(
     assert not alloc.shared
     env = cdi_env(json.loads(p.spec_path(ref.uid).read_text()))
     assert all("LJ_GPU_CORE_PERCENT" not in e for e in env)
+
+
+class Rig:
+    def __init__(self, sim: Any, tmp_path: Path) -> None:
+        self.sim = sim
+        self.client = RuntimeClient(str(sim.socket_dir), 5.0)
+        self.partitions = PartitionClient(str(sim.socket_dir), 5.0)
+        self.api = Apiserver()
+        self.devices: list[Device] = []
+        self.tmp = tmp_path
+        self.preparer = Preparer(
+            self.client,
+            read_claim=self.api.claim,
+            read_pod=self.api.pod,
+            devices=lambda: self.devices,
+            store=CheckpointStore(tmp_path / "plugin" / "checkpoint.json", "boot-1"),
+            names=ResourceNames(),
+            driver=DRIVER,
+            pool=NODE,
+            cdi_dir=tmp_path / "cdi",
+            cdi_kind="aliyun.com/gpu",
+            partitions=self.partitions,
+            policy=DYNAMIC,
+        )
+
+    async def refresh(self) -> None:
+        self.devices = await self.client.list_devices()
+
+    async def prepare(self, name: str, devices: list[str]) -> tuple[ClaimRef, str]:
+        """Prepare a claim of ``devices`` (DRA names); (ref, error)."""
+        await self.refresh()
+        ref = self.api.add(claim(name, f"uid-{name}", devices, pod=f"pod-{name}"))
+        out = await self.preparer.prepare([ref])
+        return ref, out[ref.uid].error
+
+    async def unprepare(self, ref: ClaimRef) -> None:
+        assert (await self.preparer.unprepare([ref]))[ref.uid] == ""
+
+    def partitions_of(self, device_id: str) -> list[str]:
+        (d,) = [d for d in self.sim.devices() if d.id == device_id]
+        return [p.id for p in d.partitions]
+
+    def held(self) -> dict[str, list[str]]:
+        return {a.pod.name: sorted(a.device_ids) for a in self.sim.allocations()}
+
+    async def close(self) -> None:
+        await self.client.close()
+        await self.partitions.close()
+
+
+@pytest.fixture
+async def mig(runtime_sim_factory: Any, tmp_path: Path) -> Any:
+    """mig-tdm: gpu-0 MIG [3g.40gb, 3g.40gb], gpu-1 MIG 7 x 1g.10gb, gpu-2 TDM [50, 25, 25],
+    gpu-3 whole; all support MIG and TDM, and no partition is held."""
+    rig = Rig(await runtime_sim_factory(inventory="mig-tdm"), tmp_path)
+    yield rig
+    await rig.close()
+
+
+async def test_mig_instances_are_made_beside_held_ones_and_removed_on_unprepare(mig: Rig) -> None:
+    a, err = await mig.prepare("a", ["gpu-3-mig-3g-40gb-0"])
+    assert not err, err
+    assert mig.partitions_of("gpu-3") == ["gpu-3-mig-3g.40gb-0"]
+    assert mig.held() == {"pod-a": ["gpu-3-mig-3g.40gb-0"]}
+    assert mig.preparer.checkpoint.claims[a.uid].partition_ids == ("gpu-3-mig-3g.40gb-0",)
+    # the CDI spec carries the Runtime's injection for the MIG instance
+    spec = mig.preparer.spec_path(a.uid).read_text()
+    assert "gpu-3-mig-3g.40gb-0" in spec
+    b, err = await mig.prepare("b", ["gpu-3-mig-2g-20gb-0", "gpu-3-mig-1g-10gb-0"])
+    assert not err, err
+    assert mig.partitions_of("gpu-3") == [
+        "gpu-3-mig-3g.40gb-0",
+        "gpu-3-mig-2g.20gb-0",
+        "gpu-3-mig-1g.10gb-0",
+    ]
+    assert mig.held()["pod-b"] == ["gpu-3-mig-1g.10gb-0", "gpu-3-mig-2g.20gb-0"]
+    await mig.unprepare(a)
+    assert mig.partitions_of("gpu-3") == ["gpu-3-mig-2g.20gb-0", "gpu-3-mig-1g.10gb-0"]
+    assert "pod-a" not in mig.held()
+    # a repeated unprepare and a prepare repeated after the first are no-ops
+    await mig.unprepare(a)
+    _, err = await mig.prepare("b", ["gpu-3-mig-2g-20gb-0", "gpu-3-mig-1g-10gb-0"])
+    assert not err
+    assert len(mig.sim.allocations()) == 1
+    await mig.unprepare(b)
+    assert mig.partitions_of("gpu-3") == []
+    assert mig.sim.allocations() == []
+    assert mig.preparer.checkpoint.claims == {}
+
+
+async def test_idle_partitions_of_a_layout_are_taken_over_or_removed_to_make_room(
+    mig: Rig,
+) -> None:
+    a, err = await mig.prepare("a", ["gpu-0-mig-3g-40gb-1"])
+    assert not err, err
+    # an idle 3g.40gb of the layout is taken over: nothing is made
+    assert mig.partitions_of("gpu-0") == ["gpu-0-mig-3g.40gb-0", "gpu-0-mig-3g.40gb-1"]
+    (taken,) = mig.held()["pod-a"]
+    # a 4g.40gb does not fit beside the other idle 3g.40gb: that one goes, the held one stays
+    b, err = await mig.prepare("b", ["gpu-0-mig-4g-40gb-0"])
+    assert not err, err
+    assert sorted(mig.partitions_of("gpu-0")) == sorted([taken, "gpu-0-mig-4g.40gb-0"])
+    assert mig.held()["pod-a"] == [taken]
+    await mig.unprepare(a)
+    await mig.unprepare(b)
+    assert mig.partitions_of("gpu-0") == []
+
+
+async def test_a_whole_gpu_claim_on_a_gpu_with_idle_partitions_clears_them(mig: Rig) -> None:
+    a, err = await mig.prepare("a", ["gpu-1"])
+    assert not err, err
+    assert mig.partitions_of("gpu-1") == []
+    assert mig.held() == {"pod-a": ["gpu-1"]}
+    await mig.unprepare(a)
+
+
+async def test_tdm_slices_on_a_gpu_without_mig(runtime_sim_factory: Any, tmp_path: Path) -> None:
+    rig = Rig(await runtime_sim_factory(inventory="gpu-1x"), tmp_path)
+    try:
+        await rig.refresh()
+        names = [o.name for o in offers(rig.devices, DYNAMIC)]
+        assert names == [
+            "gpu-0",
+            *(f"gpu-0-tdm-25-{i}" for i in range(4)),
+            *(f"gpu-0-tdm-50-{i}" for i in range(2)),
+        ]
+        a, err = await rig.prepare("a", ["gpu-0-tdm-50-1"])
+        assert not err, err
+        b, err = await rig.prepare("b", ["gpu-0-tdm-25-3"])
+        assert not err, err
+        assert rig.partitions_of("gpu-0") == ["gpu-0-tdm-0", "gpu-0-tdm-1"]
+        assert rig.held() == {"pod-a": ["gpu-0-tdm-0"], "pod-b": ["gpu-0-tdm-1"]}
+        await rig.unprepare(a)
+        await rig.unprepare(b)
+        assert rig.partitions_of("gpu-0") == []
+    finally:
+        await rig.close()
+
+
+async def test_a_runtime_without_create_partition_is_refused_clearly(
+    runtime_sim_factory: Any, tmp_path: Path
+) -> None:
+    old = [m for m in ALL_METHODS if not m.endswith(("CreatePartition", "DeletePartition"))]
+    rig = Rig(await runtime_sim_factory(inventory="mig-tdm", capabilities=old), tmp_path)
+    try:
+        _, err = await rig.prepare("a", ["gpu-3-mig-1g-10gb-0"])
+        assert "lacks ConfigService.CreatePartition" in err
+        assert rig.sim.allocations() == []
+        assert rig.partitions_of("gpu-3") == []
+        assert not list(tmp_path.glob("cdi/*.json"))  # noqa: ASYNC240
+    finally:
+        await rig.close()
+
+
+async def test_an_allocation_failing_after_the_partition_was_made_removes_it(mig: Rig) -> None:
+    mig.sim.fail("DeviceService.Allocate", grpc.StatusCode.RESOURCE_EXHAUSTED)
+    _, err = await mig.prepare("a", ["gpu-3-mig-1g-10gb-0"])
+    assert "refused" in err
+    assert mig.partitions_of("gpu-3") == []
+    assert mig.sim.allocations() == []
+    assert mig.preparer.checkpoint.claims == {}

@@ -1,13 +1,17 @@
 """The node's ResourceSlices on the real apiserver (issue 24): accepted as built, written on change
 only with a rising pool generation, tainted while a device is unhealthy, shrunk, continued after a
 restart, withdrawn, and never another node's or driver's. The suite's DeviceClasses and a claim
-for them pass the apiserver's validation too."""
+for them pass the apiserver's validation too. With ``dra_partitions: dynamic`` the slices (a
+counter set per GPU in a slice of its own, the whole GPU and every MIG instance that could be made
+drawing on it) are accepted, and kube-scheduler never gives out more of a GPU than it holds; a
+layout's partitions are published as themselves."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +23,9 @@ from kubernetes_asyncio import client
 
 from lj_runtimekit_device_plugin.dra_claims import claim_allocation
 from lj_runtimekit_device_plugin.dra_publish import GROUP, PLURAL, VERSION, SlicePublisher
-from lj_runtimekit_device_plugin.dra_slices import DEFAULT_DRIVER, UNHEALTHY_TAINT_KEY
+from lj_runtimekit_device_plugin.dra_slices import DEFAULT_DRIVER, DYNAMIC, UNHEALTHY_TAINT_KEY
 from lj_runtimekit_device_plugin.kube import api_client
-from lj_runtimekit_device_plugin.model import GIB, Device, Link, RuntimeInfo
+from lj_runtimekit_device_plugin.model import GIB, Device, Link, Partition, RuntimeInfo
 from lj_runtimekit_device_plugin.runtime import DriverFacts
 
 pytestmark = pytest.mark.cluster
@@ -523,3 +527,169 @@ async def test_two_shares_land_on_one_gpu_and_whole_claims_never_join_them(
                     if e.status != 404:
                         raise
             core.delete_node(node)
+
+
+MIG_CLASS = "mig.lj-runtimekit.aliyun.com"
+GPU_CLASS = "gpu.lj-runtimekit.aliyun.com"
+ON_GPU_0 = 'device.attributes["lj-runtimekit.aliyun.com"].runtimeDeviceID == "gpu-0"'
+
+
+def profile(p: str) -> str:
+    return f'device.attributes["lj-runtimekit.aliyun.com"].profile == "{p}"'
+
+
+def mig_claim(name: str, p: str, *, on_gpu_0: bool = True) -> dict[str, Any]:
+    selectors = [{"cel": {"expression": profile(p)}}]
+    if on_gpu_0:
+        selectors.append({"cel": {"expression": ON_GPU_0}})
+    return claim_for(name, MIG_CLASS, selectors=selectors)
+
+
+class Objects:
+    """Claims and pods a test made, deleted afterwards with the node's slices and the node."""
+
+    def __init__(self, cluster: Any, namespace: str, node: str) -> None:
+        self.cluster, self.namespace, self.node = cluster, namespace, node
+        self.pods: list[str] = []
+        self.claims: list[str] = []
+
+    def claim_and_pod(self, body: dict[str, Any]) -> str:
+        name = str(body["metadata"]["name"])
+        with self.cluster.api_client() as a:
+            sync_client.CustomObjectsApi(a).create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "resourceclaims", body
+            )
+            self.claims.append(name)
+            sync_client.CoreV1Api(a).create_namespaced_pod(
+                self.namespace, pod(name, self.node, claim=name)
+            )
+            self.pods.append(name)
+        return name
+
+    def devices_of(self, claim: str) -> list[str]:
+        with self.cluster.api_client() as a:
+            got: Any = sync_client.CustomObjectsApi(a).get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "resourceclaims", claim
+            )
+        return [r["device"] for r in got["status"]["allocation"]["devices"]["results"]]
+
+    def clean(self) -> None:
+        with self.cluster.api_client() as a:
+            core, custom = sync_client.CoreV1Api(a), sync_client.CustomObjectsApi(a)
+            for name in self.pods:
+                try:
+                    core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+            for name in self.claims:
+                try:
+                    custom.delete_namespaced_custom_object(
+                        GROUP, VERSION, self.namespace, "resourceclaims", name
+                    )
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+            for s in slices_of(self.cluster, self.node):
+                custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, s["metadata"]["name"])
+            core.delete_node(self.node)
+
+
+def mig_gpus(n: int) -> list[Any]:
+    return [replace(d, partition_modes=frozenset({"mig", "tdm"})) for d in gpus(n)]
+
+
+async def test_kube_scheduler_never_gives_out_more_of_a_gpu_than_it_holds(
+    cluster: Any,
+    api: client.ApiClient,
+    namespace: str,
+    device_classes: dict[str, Any],
+) -> None:
+    assert MIG_CLASS in device_classes
+    (node,) = cluster.create_gpu_nodes(1, prefix="dra-mig", gpus=0)
+    objs = Objects(cluster, namespace, node)
+    try:
+        publisher = SlicePublisher(api, node, partitions=DYNAMIC)
+        assert await publisher.publish(mig_gpus(2), RUNTIME, facts(2))
+        slices = slices_of(cluster, node)
+        counters = [s for s in slices if "sharedCounters" in s["spec"]]
+        (counter_slice,) = counters
+        assert [c["name"] for c in counter_slice["spec"]["sharedCounters"]] == [
+            "gpu-0-counters",
+            "gpu-1-counters",
+        ]
+        assert counter_slice["spec"]["sharedCounters"][0]["counters"] == {
+            "compute-slices": {"value": "7"},
+            "memory": {"value": "80Gi"},
+        }
+        devices = {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+        assert len(devices) == 2 * 15
+        assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {len(slices)}
+        assert devices["gpu-0-mig-3g-40gb-1"]["consumesCounters"] == [
+            {
+                "counterSet": "gpu-0-counters",
+                "counters": {"compute-slices": {"value": "3"}, "memory": {"value": "40Gi"}},
+            }
+        ]
+
+        a = objs.claim_and_pod(mig_claim("mig-a", "3g.40gb"))
+        b = objs.claim_and_pod(mig_claim("mig-b", "3g.40gb"))
+        for name in (a, b):
+            await scheduled(cluster, namespace, name)
+        taken = objs.devices_of(a) + objs.devices_of(b)
+        assert sorted(taken) == ["gpu-0-mig-3g-40gb-0", "gpu-0-mig-3g-40gb-1"]
+        # gpu-0's memory is all taken: a 1g.10gb has no room there, nor has the whole GPU
+        c = objs.claim_and_pod(mig_claim("mig-c", "1g.10gb"))
+        assert "cannot allocate" in await unschedulable(cluster, namespace, c)
+        whole_0 = claim_for(
+            "whole-0",
+            GPU_CLASS,
+            selectors=[{"cel": {"expression": ON_GPU_0}}],
+        )
+        w0 = objs.claim_and_pod(whole_0)
+        await unschedulable(cluster, namespace, w0)
+        # the whole-GPU claim without a selector gets gpu-1; then gpu-1 has no MIG room either
+        w = objs.claim_and_pod(claim_for("whole", GPU_CLASS))
+        await scheduled(cluster, namespace, w)
+        assert objs.devices_of(w) == ["gpu-1"]
+        d = objs.claim_and_pod(mig_claim("mig-d", "1g.10gb", on_gpu_0=False))
+        await unschedulable(cluster, namespace, d)
+        # making a partition changes nothing the scheduler reads: the slices stay as they are
+        held = replace(
+            mig_gpus(2)[0],
+            partition_mode="mig",
+            partitions=(Partition("gpu-0-mig-3g.40gb-0", "3g.40gb", 40 * GIB),),
+        )
+        assert not await publisher.publish([held, mig_gpus(2)[1]], RUNTIME, facts(2))
+    finally:
+        objs.clean()
+
+
+async def test_a_layouts_partitions_are_published_as_themselves(
+    cluster: Any,
+    api: client.ApiClient,
+    namespace: str,
+    device_classes: dict[str, Any],
+) -> None:
+    (node,) = cluster.create_gpu_nodes(1, prefix="dra-layout", gpus=0)
+    objs = Objects(cluster, namespace, node)
+    try:
+        parts = tuple(
+            Partition(f"gpu-0-mig-3g.40gb-{i}", "3g.40gb", 40 * GIB, 42) for i in range(2)
+        )
+        layout = [replace(gpus(2)[0], partition_mode="mig", partitions=parts), gpus(2)[1]]
+        assert await SlicePublisher(api, node).publish(layout, RUNTIME, facts(2))
+        slices = slices_of(cluster, node)
+        devices = {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+        # the partition ids have dots: their device names are DNS labels with a digest
+        assert sorted(n for n in devices if n != "gpu-1") == sorted(
+            n for n in devices if n.startswith("gpu-0-mig-3g-40gb-")
+        )
+        assert len(devices) == 3
+        assert "gpu-0" not in devices
+        m = objs.claim_and_pod(mig_claim("mig", "3g.40gb"))
+        await scheduled(cluster, namespace, m)
+        (got,) = objs.devices_of(m)
+        assert devices[got]["attributes"]["partitionID"]["string"].startswith("gpu-0-mig-3g.40gb-")
+    finally:
+        objs.clean()

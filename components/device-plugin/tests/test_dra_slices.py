@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -10,8 +11,10 @@ from hypothesis import strategies as st
 
 from lj_runtimekit_device_plugin.dra_claims import quantity
 from lj_runtimekit_device_plugin.dra_slices import (
+    DYNAMIC,
     NodeFacts,
     device_names,
+    offers,
     resource_slices,
     semver,
     shareable,
@@ -127,7 +130,9 @@ def test_only_whole_unpartitioned_gpus_with_memory_can_be_shared() -> None:
     (rs,) = resource_slices(devices, FACTS)
     got = {d["name"]: d for d in rs["spec"]["devices"]}
     assert [n for n, d in got.items() if d.get("allowMultipleAllocations")] == ["gpu-0", "gpu-4"]
-    assert got["gpu-1"]["capacity"] == {"memory": {"value": "80Gi"}}
+    # a partitioned GPU is its partitions (static): the MIG instance, with its own memory
+    assert "gpu-1" not in got
+    assert got["gpu-1-mig-0"]["capacity"] == {"memory": {"value": "10Gi"}}
     assert "capacity" not in got["gpu-2"]
     assert got["ppu-0"]["capacity"] == {"memory": {"value": "96Gi"}}
     # memory that is no whole GiB is published in bytes, its whole as the default
@@ -250,3 +255,107 @@ def test_every_slice_is_valid(devices: list[Device], node: str, version: str) ->
     assert len(set(names)) == len(names)
     assert len({rs["metadata"]["name"] for rs in slices}) == len(slices)
     assert names == [device_names(published)[d.id] for d in published]
+
+
+def _mig_gpu(i: int, **kw: Any) -> Device:
+    return Device(
+        id=f"gpu-{i}",
+        index=i,
+        memory_bytes=80 * GIB,
+        partition_modes=frozenset({"mig", "tdm"}),
+        **kw,
+    )
+
+
+def test_dynamic_partitions_offer_every_mig_instance_on_one_counter_set_per_gpu() -> None:
+    facts = replace(FACTS, partitions=DYNAMIC)
+    listed = offers([_mig_gpu(0)], DYNAMIC)
+    assert [(o.name, o.kind, o.profile) for o in listed][:3] == [
+        ("gpu-0", "whole", ""),
+        ("gpu-0-mig-1g-10gb-0", "mig", "1g.10gb"),
+        ("gpu-0-mig-1g-10gb-1", "mig", "1g.10gb"),
+    ]
+    per_profile: dict[str, int] = {}
+    for o in listed[1:]:
+        per_profile[o.profile] = per_profile.get(o.profile, 0) + 1
+    assert per_profile == {"1g.10gb": 7, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1}
+    devices, counters = resource_slices([_mig_gpu(0)], facts)
+    assert counters["spec"]["sharedCounters"] == [
+        {
+            "name": "gpu-0-counters",
+            "counters": {"compute-slices": {"value": "7"}, "memory": {"value": "80Gi"}},
+        }
+    ]
+    assert "devices" not in counters["spec"]
+    assert "sharedCounters" not in devices["spec"]
+    by_name = {d["name"]: d for d in devices["spec"]["devices"]}
+    whole = by_name["gpu-0"]
+    assert whole["allowMultipleAllocations"] is True
+    assert whole["attributes"]["partitionMode"] == {"string": "dynamic"}
+    assert whole["consumesCounters"][0]["counters"] == {
+        "compute-slices": {"value": "7"},
+        "memory": {"value": "80Gi"},
+    }
+    four = by_name["gpu-0-mig-4g-40gb-0"]
+    assert four["attributes"]["type"] == {"string": "mig"}
+    assert four["attributes"]["profile"] == {"string": "4g.40gb"}
+    assert four["attributes"]["runtimeDeviceID"] == {"string": "gpu-0"}
+    assert four["capacity"] == {"memory": {"value": "40Gi"}}
+    assert "allowMultipleAllocations" not in four
+
+
+def test_what_is_published_on_demand_does_not_change_when_a_partition_is_made() -> None:
+    facts = replace(FACTS, partitions=DYNAMIC)
+    made = _mig_gpu(
+        0, partition_mode="mig", partitions=(Partition("gpu-0-mig-3g.40gb-0", "3g.40gb", 40 * GIB),)
+    )
+    assert resource_slices([made], facts) == resource_slices([_mig_gpu(0)], facts)
+    # ... while under static the GPU is its partitions
+    (rs,) = resource_slices([made], FACTS)
+    assert [d["attributes"]["partitionID"] for d in rs["spec"]["devices"]] == [
+        {"string": "gpu-0-mig-3g.40gb-0"}
+    ]
+
+
+def test_tdm_on_demand_on_a_gpu_without_mig_and_nothing_on_demand_for_ppus_or_vfio() -> None:
+    tdm_only = Device(id="gpu-0", memory_bytes=40 * GIB, partition_modes=frozenset({"tdm"}))
+    ppu = Device(id="ppu-0", index=1, kind="ppu", memory_bytes=96 * GIB)
+    vfio = replace(_mig_gpu(2), binding="vfio")
+    plain = Device(id="gpu-3", index=3, memory_bytes=80 * GIB)
+    listed = offers([tdm_only, ppu, vfio, plain], DYNAMIC)
+    assert [(o.name, o.percent) for o in listed] == [
+        ("gpu-0", 0),
+        *((f"gpu-0-tdm-25-{i}", 25) for i in range(4)),
+        *((f"gpu-0-tdm-50-{i}", 50) for i in range(2)),
+        ("ppu-0", 0),
+        ("gpu-3", 0),
+    ]
+    assert [o.counter_set for o in listed if o.device.id != "gpu-0"] == ["", ""]
+
+
+def test_many_gpus_on_demand_split_into_slices_within_the_apis_limits() -> None:
+    facts = replace(FACTS, partitions=DYNAMIC)
+    slices = resource_slices([_mig_gpu(i) for i in range(10)], facts)
+    device_slices = [s for s in slices if "devices" in s["spec"]]
+    counter_slices = [s for s in slices if "sharedCounters" in s["spec"]]
+    assert [len(s["spec"]["devices"]) for s in device_slices] == [64, 64, 22]
+    assert [len(s["spec"]["sharedCounters"]) for s in counter_slices] == [8, 2]
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {5}
+    assert len({s["metadata"]["name"] for s in slices}) == 5
+
+
+def test_a_layouts_unhealthy_partition_alone_is_tainted() -> None:
+    parts = (
+        Partition("gpu-0-tdm-0", "tdm-50", 40 * GIB, time_percent=50),
+        Partition("gpu-0-tdm-1", "tdm-50", 40 * GIB, time_percent=50, healthy=False, reason="Xid"),
+    )
+    gpu = Device(id="gpu-0", memory_bytes=80 * GIB, partition_mode="tdm", partitions=parts)
+    (rs,) = resource_slices([gpu], FACTS)
+    taints = {
+        d["attributes"]["partitionID"]["string"]: d.get("taints") for d in rs["spec"]["devices"]
+    }
+    assert taints["gpu-0-tdm-0"] is None
+    assert taints["gpu-0-tdm-1"] == [
+        {"key": "lj-runtimekit.aliyun.com/unhealthy", "effect": "NoSchedule", "value": "Xid"}
+    ]
+    assert {d["attributes"]["type"]["string"] for d in rs["spec"]["devices"]} == {"tdm"}

@@ -208,6 +208,8 @@ def test_the_device_plugin_renders_its_dra_daemonset_and_device_classes() -> Non
         "gpu.lj-runtimekit.aliyun.com",
         "gpu-share.lj-runtimekit.aliyun.com",
         "ppu.lj-runtimekit.aliyun.com",
+        "mig.lj-runtimekit.aliyun.com",
+        "tdm.lj-runtimekit.aliyun.com",
     ]
     pods = {
         o["metadata"]["name"]: o["spec"]["template"]["spec"]

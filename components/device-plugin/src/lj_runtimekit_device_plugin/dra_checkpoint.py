@@ -53,6 +53,9 @@ class ClaimRecord:
     """The Runtime allocations made for them: what unprepare releases."""
     cdi_device_ids: tuple[str, ...] = ()
     """What the kubelet was answered: a repeated prepare answers the same."""
+    partition_ids: tuple[str, ...] = ()
+    """Partitions made (or taken over) on demand for the claim: what unprepare removes after
+    releasing (``dra_partitions: dynamic``); absent from the file when empty."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ def _body(cp: Checkpoint) -> dict[str, Any]:
                 "devices": list(r.devices),
                 "allocationIDs": list(r.allocation_ids),
                 "cdiDeviceIDs": list(r.cdi_device_ids),
+                **({"partitionIDs": list(r.partition_ids)} if r.partition_ids else {}),
             }
             for uid, r in sorted(cp.claims.items())
         },
@@ -117,6 +121,7 @@ def _record(uid: str, raw: object) -> ClaimRecord:
         devices=_strings(raw.get("devices"), f"claim {uid} devices"),
         allocation_ids=_strings(raw.get("allocationIDs"), f"claim {uid} allocationIDs"),
         cdi_device_ids=_strings(raw.get("cdiDeviceIDs"), f"claim {uid} cdiDeviceIDs"),
+        partition_ids=_strings(raw.get("partitionIDs", []), f"claim {uid} partitionIDs"),
     )
 
 

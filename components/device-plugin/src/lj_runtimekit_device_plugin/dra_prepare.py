@@ -6,6 +6,14 @@ A result that is a share of a GPU (its ``shareID`` and ``consumedCapacity`` less
 see :func:`share_of`) becomes its own Runtime allocation of the ``gpu-core`` resource with the
 consumed cores and memory, which the Runtime enforces; whole devices are allocated whole.
 
+A result that is a partition made on demand (``dra_partitions: dynamic``, see
+:func:`dra_slices.offers`) gets its MIG instance or TDM slice made first (``CreatePartition``):
+an idle partition of the same profile on that GPU is taken over instead, and when the new one does
+not fit beside the GPU's idle partitions (left by a layout, or by an unprepare that could not
+remove them) those are removed first. The scheduler's counters guarantee it fits beside the ones
+claims hold. Unprepare removes the claim's partitions after releasing, so a GPU whose claims all
+ended is whole again. A whole-GPU result on such a GPU removes its idle partitions first.
+
 Order of a prepare, so that a crash at any step leaves nothing the next call cannot finish or undo:
 Runtime allocation(s) → CDI spec file (atomic) → checkpoint (atomic) → answer. A failure before
 the checkpoint releases what this call allocated and removes its spec. A repeated prepare of a
@@ -40,11 +48,12 @@ from .dra_claims import (
     container_of,
     ours,
 )
-from .dra_slices import CORES, CORES_WHOLE, MEMORY, device_names
+from .dra_slices import CORES, CORES_WHOLE, MEMORY, STATIC, Offer, offers
 from .errors import DevicePluginError, PermanentError, TemporaryError
 from .model import Allocation, Device, Injection
 from .resources import ResourceNames
-from .runtime import RuntimeClient, release
+from .runtime import RuntimeClient, allocations, release
+from .runtime_partitions import PartitionClient, PartitionRefused
 
 log = structlog.get_logger(__name__)
 
@@ -107,10 +116,24 @@ def share_of(result: Result, device: Device) -> tuple[int, int] | None:
     return cores, memory
 
 
+@dataclass(frozen=True)
+class Target:
+    """What a result is allocated as: a device of the Runtime, whole (``unit`` is its id) or one
+    of its partitions (``unit`` is the partition id)."""
+
+    device: Device
+    unit: str
+
+    @property
+    def whole(self) -> bool:
+        return self.unit == self.device.id
+
+
 def allocation_plan(
-    results: Sequence[Result], by_name: Mapping[str, Device], names: ResourceNames
+    results: Sequence[Result], by_name: Mapping[str, Device | Target], names: ResourceNames
 ) -> list[RuntimeAsk]:
-    """The Runtime allocations that prepare ``results`` (all on devices in ``by_name``).
+    """The Runtime allocations that prepare ``results`` (all on devices in ``by_name``; a
+    :class:`Device` there stands for itself, whole).
 
     Whole devices of one resource share one allocation (an NVLink pair stays one Runtime
     allocation, as the device plugin makes it). Each share is its own allocation of the
@@ -121,15 +144,18 @@ def allocation_plan(
     whole: dict[str, tuple[list[str], list[int]]] = {}
     shares: list[RuntimeAsk] = []
     for i, r in enumerate(results):
-        d = by_name[r.device]
-        share = share_of(r, d) if d.kind == "gpu" else None
+        target = by_name[r.device]
+        if isinstance(target, Device):
+            target = Target(target, target.id)
+        d = target.device
+        share = share_of(r, d) if d.kind == "gpu" and target.whole else None
         if share is not None:
             cores, memory = share
             shares.append(RuntimeAsk(names.gpu_core, (d.id,), (i,), cores, memory))
             continue
         ids, served = whole.setdefault(names.ppu if d.kind == "ppu" else names.gpu, ([], []))
-        if d.id not in ids:
-            ids.append(d.id)
+        if target.unit not in ids:
+            ids.append(target.unit)
         served.append(i)
     return [
         RuntimeAsk(resource, tuple(ids), tuple(served)) for resource, (ids, served) in whole.items()
@@ -179,8 +205,13 @@ class Preparer:
         pool: str,
         cdi_dir: Path,
         cdi_kind: str,
+        partitions: PartitionClient | None = None,
+        policy: str = STATIC,
     ) -> None:
         self.runtime = runtime
+        self.partitions = partitions
+        """Makes and removes partitions on demand (policy dynamic)."""
+        self.policy = policy
         self.read_claim = read_claim
         self.read_pod = read_pod
         self.devices = devices
@@ -265,9 +296,8 @@ class Preparer:
         if ref.uid in self.checkpoint.claims:
             log.info("dra_prepare_repeated", claim=f"{ref.namespace}/{ref.name}", uid=ref.uid)
             return self._answer(claim)
-        inventory = {d.id: d for d in self.devices()}
-        by_name = {name: inventory[i] for i, name in device_names(inventory.values()).items()}
-        unknown = [r.device for r in results if r.device not in by_name]
+        catalogue = {o.name: o for o in offers(self.devices(), self.policy)}
+        unknown = [r.device for r in results if r.device not in catalogue]
         if unknown:
             raise ClaimNotPreparable(
                 f"claim {ref.namespace}/{ref.name}: devices {unknown} are not in this node's "
@@ -281,10 +311,12 @@ class Preparer:
         except DevicePluginError as e:
             log.info("dra_pod_unread", pod=f"{ref.namespace}/{pod_name}", error=str(e))
             container = ""
-        plan = allocation_plan(results, by_name, self.names)
         made: list[Allocation] = []
+        taken: list[str] = []
         spec_path = self.spec_path(ref.uid)
         try:
+            by_name = await self._targets([catalogue[r.device] for r in results], taken)
+            plan = allocation_plan(results, by_name, self.names)
             owner = (ref.namespace, pod_name, pod_uid)
             injections = await self._allocate(plan, owner, container or f"claim-{ref.name}", made)
             prepared = [
@@ -303,17 +335,19 @@ class Preparer:
                 devices=tuple(f"{r.pool}/{r.device}" for r in results),
                 allocation_ids=tuple(a.id for a in made),
                 cdi_device_ids=tuple(i for d in answer for i in d.cdi_device_ids),
+                partition_ids=tuple(taken),
             )
             self._save({**self.checkpoint.claims, ref.uid: record})
         except BaseException:
             await self._undo(made, spec_path)
+            await self._remove_partitions(taken)
             raise
         log.info(
             "dra_claim_prepared",
             claim=f"{ref.namespace}/{ref.name}",
             uid=ref.uid,
             pod=f"{ref.namespace}/{pod_name}",
-            devices=[by_name[r.device].id for r in results],
+            devices=[by_name[r.device].unit for r in results],
             shares=[
                 (ask.device_ids[0], ask.core_percent, ask.memory_bytes)
                 for ask in plan
@@ -322,6 +356,78 @@ class Preparer:
             allocations=[a.id for a in made],
         )
         return answer
+
+    async def _targets(self, wanted: Sequence[Offer], taken: list[str]) -> dict[str, Target]:
+        """Each offer's Runtime target; partitions made on demand are made (or taken over) here
+        and appended to ``taken`` as soon as they are ours (what an undo removes)."""
+        out: dict[str, Target] = {}
+        for o in wanted:
+            if o.name in out:
+                continue
+            if o.kind == "partition":
+                out[o.name] = Target(o.device, o.partition_id)
+            elif o.kind == "whole":
+                if o.counter_set:
+                    await self._clear_idle(o.device.id, keep=())
+                out[o.name] = Target(o.device, o.device.id)
+            else:
+                out[o.name] = Target(o.device, await self._make(o, taken))
+        return out
+
+    def _client(self) -> PartitionClient:
+        if self.partitions is None:
+            raise PermanentError(
+                "this plugin makes no partitions on demand (no ConfigService client): "
+                "it was started without dra_partitions: dynamic"
+            )
+        return self.partitions
+
+    async def _idle(self, device_id: str) -> list[tuple[str, str]]:
+        """(id, profile) of the partitions ``device_id`` has now that no allocation holds and no
+        prepared claim has taken."""
+        device = next((d for d in await self.runtime.list_devices() if d.id == device_id), None)
+        if device is None:
+            raise ClaimNotPreparable(f"the Runtime no longer lists device {device_id}")
+        held = {u for a in await allocations(self.runtime) for u in a.device_ids}
+        held |= {p for r in self.checkpoint.claims.values() for p in r.partition_ids}
+        return [(p.id, p.profile) for p in device.partitions if p.id not in held]
+
+    async def _clear_idle(self, device_id: str, keep: Sequence[str]) -> None:
+        for part_id, _ in await self._idle(device_id):
+            if part_id not in keep:
+                await self._client().delete(part_id)
+                log.info("dra_idle_partition_removed", device=device_id, partition=part_id)
+
+    async def _make(self, o: Offer, taken: list[str]) -> str:
+        """The partition for on-demand offer ``o``: an idle one of its profile, else a new one
+        (after removing the GPU's other idle partitions when it does not fit beside them)."""
+        idle = await self._idle(o.device.id)
+        reuse = next((i for i, profile in idle if profile == o.profile and i not in taken), "")
+        if reuse:
+            taken.append(reuse)
+            return reuse
+        client = self._client()
+        make = {"profile": o.profile} if o.kind == "mig" else {"percent": o.percent}
+        try:
+            part_id = await client.create(o.device.id, **make)
+        except PartitionRefused as e:
+            if not idle:
+                raise
+            log.info("dra_partition_does_not_fit", device=o.device.id, error=str(e))
+            await self._clear_idle(o.device.id, keep=taken)
+            part_id = await client.create(o.device.id, **make)
+        taken.append(part_id)
+        log.info("dra_partition_made", device=o.device.id, profile=o.profile, partition=part_id)
+        return part_id
+
+    async def _remove_partitions(self, part_ids: Sequence[str]) -> None:
+        """Best effort, after a failed prepare: a partition left is idle, and the next prepare
+        on its GPU takes it over or removes it."""
+        for part_id in part_ids:
+            try:
+                await self._client().delete(part_id)
+            except DevicePluginError as e:
+                log.warning("dra_undo_partition_failed", partition=part_id, error=str(e))
 
     async def _allocate(
         self,
@@ -393,6 +499,20 @@ class Preparer:
                 self._save(
                     {**self.checkpoint.claims, ref.uid: replace(record, allocation_ids=tuple(left))}
                 )
+        parts = list(record.partition_ids)
+        for part_id in record.partition_ids:
+            try:
+                await self._client().delete(part_id)
+            except PartitionRefused as e:  # another allocation holds it: not ours to remove
+                log.warning("dra_partition_kept", partition=part_id, error=str(e))
+            parts.remove(part_id)
+            if parts:  # a failure after this leaves only what is still to remove
+                self._save(
+                    {
+                        **self.checkpoint.claims,
+                        ref.uid: replace(record, allocation_ids=(), partition_ids=tuple(parts)),
+                    }
+                )
         _remove(self.spec_path(ref.uid))
         self._save({u: r for u, r in self.checkpoint.claims.items() if u != ref.uid})
         log.info(
@@ -400,4 +520,5 @@ class Preparer:
             claim=f"{ref.namespace}/{ref.name}",
             uid=ref.uid,
             released=list(record.allocation_ids),
+            partitions_removed=list(record.partition_ids),
         )

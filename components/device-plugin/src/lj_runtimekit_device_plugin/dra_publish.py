@@ -11,11 +11,13 @@
 - The slices are owned by the Node, so they go when the Node goes.
 - A taint keeps the ``timeAdded`` the apiserver gave it when it first appeared; a rewrite of the
   pool for another reason does not make it look new.
+- ``taints`` adds taints besides health (a GPU a device-plugin pod still holds after the node
+  moved to DRA, :mod:`.handover`); a change of them is a change of content.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -41,10 +43,20 @@ class SlicePublisher:
     """The ResourceSlices of one node and driver."""
 
     def __init__(
-        self, api: client.ApiClient, node: str, *, driver: str = dra_slices.DEFAULT_DRIVER
+        self,
+        api: client.ApiClient,
+        node: str,
+        *,
+        driver: str = dra_slices.DEFAULT_DRIVER,
+        partitions: str = dra_slices.STATIC,
+        taints: Callable[[], Mapping[str, tuple[Mapping[str, str], ...]]] | None = None,
     ) -> None:
         self.node = node
         self.driver = driver
+        self.taints = taints or dict
+        """Runtime device id → taints besides health, asked at every publish."""
+        self.partitions = partitions
+        """``static`` or ``dynamic``: see :func:`dra_slices.offers`."""
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.generation: int | None = None
@@ -68,6 +80,8 @@ class SlicePublisher:
                 driver_version=facts.driver_version if facts else "",
                 runtime_version=runtime.version,
                 compute_capability=facts.compute_capability if facts else {},
+                partitions=self.partitions,
+                device_taints=self.taints(),
             )
             content = dra_slices.resource_slices(devices, base)
             if content == self._written:
@@ -101,7 +115,7 @@ class SlicePublisher:
             driver=self.driver,
             generation=generation,
             slices=len(slices),
-            devices=sum(len(s["spec"]["devices"]) for s in slices),
+            devices=sum(len(s["spec"].get("devices", ())) for s in slices),
             deleted=len(set(existing) - wanted),
         )
         return True
@@ -209,7 +223,7 @@ def _keep_taint_times(slices: list[dict[str, Any]], existing: Iterable[dict[str,
         if "timeAdded" in t
     }
     for s in slices:
-        for d in s["spec"]["devices"]:
+        for d in s["spec"].get("devices", ()):
             for t in d.get("taints", []):
                 when = times.get((d["name"], t["key"], t.get("value", ""), t["effect"]))
                 if when:

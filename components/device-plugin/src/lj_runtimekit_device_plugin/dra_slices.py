@@ -1,7 +1,18 @@
 """The node's ResourceSlices (``resource.k8s.io/v1``) from the Runtime's inventory. Pure.
 
 One pool per node (named after the node), one DRA device per whole GPU or PPU bound to its
-vendor driver. Partitions (MIG, TDM) and GPUs bound to vfio-pci are not published yet (docs/dra.md).
+vendor driver; GPUs bound to vfio-pci are not published (docs/dra.md). Partitions (MIG, TDM) come
+one of two ways (:func:`offers`):
+
+- ``static`` (default): a partitioned GPU is published as its partitions, as the Runtime has them
+  (a layout of docs/partitioning.md), one device each, and not as a whole GPU;
+- ``dynamic``: a GPU that can be partitioned is published whole *and* as every MIG instance (or
+  TDM slice) that could be made on it. They draw on one counter set per GPU (partitionable
+  devices, ``sharedCounters``/``consumesCounters``): the whole GPU consumes all of it, each
+  partition its compute slices and memory (MIG) or its share of time (TDM), so the scheduler
+  never gives out more than the GPU holds. The partition is made when the kubelet prepares the
+  claim (:mod:`.dra_prepare`) and removed when it unprepares it. What is published does not
+  depend on which partitions exist at the moment, so making one never rewrites the slices.
 
 GPU shares are consumable capacity of the whole-GPU device itself (``allowMultipleAllocations``,
 capacities ``cores`` and ``memory``, see :func:`share_capacity`), never a second device per GPU:
@@ -19,8 +30,9 @@ version that is not semver) leaves that attribute out rather than be cut into a 
   attributes and 2 capacities are written);
 - an unhealthy device carries the taint ``lj-runtimekit.aliyun.com/unhealthy:NoSchedule`` with the
   Runtime's reason as value when it is a valid label value; a recovered one carries none;
-- at most 128 devices per slice, 64 when any device of the pool is tainted (the API's lower limit
-  for slices with taints); each slice names the pool's generation and slice count.
+- at most 128 devices per slice, 64 when any device of the pool is tainted or consumes counters
+  (the API's lower limits); counter sets go in slices of their own (at most 8 each), since a slice
+  holds devices or counters, never both; each slice names the pool's generation and slice count.
 """
 
 from __future__ import annotations
@@ -48,6 +60,20 @@ MEMORY = "memory"
 CORES_WHOLE = 100
 #: The smallest memory a share consumes: a share of no memory would be no limit at all.
 MIN_SHARE_MEMORY = 1 << 20
+MAX_COUNTER_SETS_PER_SLICE = 8
+STATIC, DYNAMIC = "static", "dynamic"
+PARTITION_POLICIES = (STATIC, DYNAMIC)
+#: MIG: a GPU has 7 compute slices and 8 memory slices; a profile of g compute slices takes this
+#: many eighths of the memory (the A100/H100 shape: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb
+#: on 80 GB).
+MIG_COMPUTE_SLICES = 7
+MIG_MEMORY_EIGHTHS = {1: 1, 2: 2, 3: 4, 4: 4, 7: 8}
+#: TDM: the slices offered on demand, percent of the GPU's time.
+TDM_PERCENTS = (25, 50)
+#: Counter names (DNS labels) of a GPU's counter set.
+COUNTER_COMPUTE = "compute-slices"
+COUNTER_MEMORY = "memory"
+COUNTER_TIME = "time-percent"
 
 _DNS_LABEL_BAD = re.compile(r"[^a-z0-9-]+")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?\Z")
@@ -74,6 +100,12 @@ class NodeFacts:
     runtime_version: str = ""
     compute_capability: Mapping[str, str] = field(default_factory=dict)
     """Runtime device id → compute capability ("9.0")."""
+    partitions: str = STATIC
+    """How partitions are published: ``static`` (as the Runtime has them) or ``dynamic`` (every
+    partition that could be made, on demand; see :func:`offers`)."""
+    device_taints: Mapping[str, tuple[Mapping[str, str], ...]] = field(default_factory=dict)
+    """Runtime device id → taints besides health, on every device published for it (a GPU that a
+    device-plugin pod still holds after its node moved to DRA, :mod:`.handover`)."""
 
 
 def _digest(text: str, n: int = 8) -> str:
@@ -187,29 +219,203 @@ def _taints(d: Device) -> list[dict[str, str]]:
     return [taint]
 
 
-def dra_devices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[str, Any]]:
-    """The DRA devices of the node, in the Runtime's order (index, then id)."""
+@dataclass(frozen=True)
+class Offer:
+    """One published DRA device and what it is in the Runtime."""
+
+    name: str
+    device: Device
+    """The Runtime's GPU or PPU the offer is (on)."""
+    kind: str
+    """``whole``; ``partition`` (one the Runtime has); ``mig`` or ``tdm`` (made on demand)."""
+    partition_id: str = ""
+    """kind partition: the Runtime's partition id."""
+    profile: str = ""
+    """The MIG profile ("3g.40gb") or TDM slice name ("tdm-25")."""
+    compute_slices: int = 0
+    memory_bytes: int = 0
+    percent: int = 0
+    """TDM: the slice's share of the GPU's time."""
+    counter_set: str = ""
+    """The GPU's counter set when the offer draws on one (mode dynamic)."""
+
+    @property
+    def on_demand(self) -> bool:
+        return self.kind in ("mig", "tdm")
+
+
+def _dynamic_mode(d: Device) -> str:
+    """The partition mode ``d`` offers on demand: mig, else tdm, else "" (none)."""
+    if d.kind != "gpu" or d.binding != "driver":
+        return ""
+    if "mig" in d.partition_modes and d.memory_gib >= 8:
+        return "mig"
+    return "tdm" if "tdm" in d.partition_modes and d.memory_bytes > 0 else ""
+
+
+def _mig_offers(d: Device, whole: str, counter_set: str) -> list[Offer]:
+    eighth = d.memory_gib // 8
+    out = []
+    for g, eighths in MIG_MEMORY_EIGHTHS.items():
+        gb = eighths * eighth
+        for i in range(min(MIG_COMPUTE_SLICES // g, 8 // eighths)):
+            out.append(
+                Offer(
+                    _dns_label(f"{whole}-mig-{g}g-{gb}gb-{i}"),
+                    d,
+                    "mig",
+                    profile=f"{g}g.{gb}gb",
+                    compute_slices=g,
+                    memory_bytes=gb * GIB,
+                    counter_set=counter_set,
+                )
+            )
+    return out
+
+
+def _tdm_offers(d: Device, whole: str, counter_set: str) -> list[Offer]:
+    return [
+        Offer(
+            _dns_label(f"{whole}-tdm-{pct}-{i}"),
+            d,
+            "tdm",
+            profile=f"tdm-{pct}",
+            memory_bytes=d.memory_bytes * pct // 100,
+            percent=pct,
+            counter_set=counter_set,
+        )
+        for pct in TDM_PERCENTS
+        for i in range(100 // pct)
+    ]
+
+
+def offers(devices: Sequence[Device], policy: str = STATIC) -> list[Offer]:
+    """The DRA devices of the node, in the Runtime's order (index, then id), each GPU's whole
+    device before its partitions. The prepare path maps a claim's device name back with this.
+
+    - ``static``: a partitioned GPU is its partitions as the Runtime has them (no whole device);
+    - ``dynamic``: a GPU that supports MIG (else TDM) is its whole device and every partition
+      that could be made on it, all drawing on the GPU's counter set, whatever partitions exist
+      now; one that supports neither is as in ``static``.
+    """
     published = sorted(
         (d for d in devices if d.kind in PUBLISHED_KINDS and d.binding == "driver"),
         key=lambda d: (d.index, d.id),
     )
-    topo = topology(published)
     names = device_names(published)
-    out = []
+    out: list[Offer] = []
     for d in published:
-        entry: dict[str, Any] = {
-            "name": names[d.id],
-            "attributes": _attributes(d, facts, topo.island[d.id], topo.switch[d.id]),
-        }
-        if shareable(d):
+        whole = names[d.id]
+        mode = _dynamic_mode(d) if policy == DYNAMIC else ""
+        if mode:
+            counter_set = _dns_label(f"{whole}-counters")
+            out.append(Offer(whole, d, "whole", counter_set=counter_set))
+            made = _mig_offers if mode == "mig" else _tdm_offers
+            out.extend(made(d, whole, counter_set))
+        elif d.partitions:
+            out.extend(
+                Offer(
+                    _dns_label(p.id),
+                    d,
+                    "partition",
+                    partition_id=p.id,
+                    profile=p.profile,
+                    memory_bytes=p.memory_bytes,
+                    percent=p.time_percent,
+                )
+                for p in d.partitions
+            )
+        else:
+            out.append(Offer(whole, d, "whole"))
+    return out
+
+
+def _counters(d: Device) -> dict[str, str]:
+    """All of a GPU's counter set: what its whole device consumes."""
+    if _dynamic_mode(d) == "mig":
+        memory = 8 * (d.memory_gib // 8) * GIB
+        return {COUNTER_COMPUTE: str(MIG_COMPUTE_SLICES), COUNTER_MEMORY: _quantity(memory)}
+    return {COUNTER_TIME: "100"}
+
+
+def _consumes(o: Offer) -> dict[str, str]:
+    if o.kind == "whole":
+        return _counters(o.device)
+    if o.kind == "mig":
+        return {COUNTER_COMPUTE: str(o.compute_slices), COUNTER_MEMORY: _quantity(o.memory_bytes)}
+    return {COUNTER_TIME: str(o.percent)}
+
+
+def _partition_taints(o: Offer) -> list[dict[str, str]]:
+    part = next((p for p in o.device.partitions if p.id == o.partition_id), None)
+    if part is None or part.healthy:
+        return _taints(o.device)
+    taint = {"key": UNHEALTHY_TAINT_KEY, "effect": "NoSchedule"}
+    if part.reason and _LABEL_VALUE.match(part.reason):
+        taint["value"] = part.reason
+    return [taint]
+
+
+def _entry(o: Offer, facts: NodeFacts, island: int, switch: int) -> dict[str, Any]:
+    d = o.device
+    attrs = _attributes(d, facts, island, switch)
+    entry: dict[str, Any] = {"name": o.name, "attributes": attrs}
+    if o.kind == "whole":
+        if o.counter_set:
+            attrs["partitionMode"] = {"string": DYNAMIC}
+        if shareable(d) or (o.counter_set and d.memory_bytes >= MIN_SHARE_MEMORY):
             entry["allowMultipleAllocations"] = True
             entry["capacity"] = share_capacity(d.memory_bytes)
         elif d.memory_bytes > 0:
             entry["capacity"] = {MEMORY: {"value": _quantity(d.memory_bytes)}}
-        if taints := _taints(d):
-            entry["taints"] = taints
-        out.append(entry)
-    return out
+        taints = _taints(d)
+    else:
+        mode = o.kind if o.on_demand else d.partition_mode
+        attrs["type"] = {"string": mode}
+        attrs["partitionMode"] = {"string": mode}
+        attrs["profile"] = {"string": o.profile}
+        if o.kind == "partition" and len(o.partition_id) <= MAX_STRING_ATTRIBUTE:
+            attrs["partitionID"] = {"string": o.partition_id}
+        if o.compute_slices:
+            attrs["computeSlices"] = {"int": o.compute_slices}
+        if o.percent:
+            attrs["timePercent"] = {"int": o.percent}
+        attrs.pop("computeUnits", None)
+        part = next((p for p in d.partitions if p.id == o.partition_id), None)
+        if part is not None and part.compute_units > 0:
+            attrs["computeUnits"] = {"int": part.compute_units}
+        if o.memory_bytes > 0:
+            entry["capacity"] = {MEMORY: {"value": _quantity(o.memory_bytes)}}
+        taints = _partition_taints(o) if o.kind == "partition" else _taints(d)
+    if o.counter_set:
+        entry["consumesCounters"] = [{"counterSet": o.counter_set, "counters": {
+            name: {"value": value} for name, value in _consumes(o).items()
+        }}]  # fmt: skip
+    taints = [*taints, *(dict(t) for t in facts.device_taints.get(d.id, ()))]
+    if taints:
+        entry["taints"] = taints
+    return entry
+
+
+def dra_devices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[str, Any]]:
+    """The DRA devices of the node, in the order of :func:`offers`."""
+    all_offers = offers(devices, facts.partitions)
+    topo = topology(list({o.device.id: o.device for o in all_offers}.values()))
+    return [
+        _entry(o, facts, topo.island[o.device.id], topo.switch[o.device.id]) for o in all_offers
+    ]
+
+
+def counter_sets(devices: Sequence[Device], facts: NodeFacts) -> list[dict[str, Any]]:
+    """The pool's counter sets: one per GPU that offers partitions on demand."""
+    return [
+        {
+            "name": o.counter_set,
+            "counters": {n: {"value": v} for n, v in _counters(o.device).items()},
+        }
+        for o in offers(devices, facts.partitions)
+        if o.kind == "whole" and o.counter_set
+    ]
 
 
 def slice_name(node: str, driver: str, index: int) -> str:
@@ -228,10 +434,17 @@ def resource_slices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[st
         return []
     per_slice = (
         MAX_DEVICES_PER_SLICE_WITH_TAINTS
-        if any("taints" in e for e in entries)
+        if any("taints" in e or "consumesCounters" in e for e in entries)
         else MAX_DEVICES_PER_SLICE
     )
-    chunks = [entries[i : i + per_slice] for i in range(0, len(entries), per_slice)]
+    sets = counter_sets(devices, facts)
+    chunks: list[dict[str, Any]] = [
+        {"devices": entries[i : i + per_slice]} for i in range(0, len(entries), per_slice)
+    ]
+    chunks += [
+        {"sharedCounters": sets[i : i + MAX_COUNTER_SETS_PER_SLICE]}
+        for i in range(0, len(sets), MAX_COUNTER_SETS_PER_SLICE)
+    ]
     metadata_owner: dict[str, Any] = {}
     if facts.node_uid:
         metadata_owner["ownerReferences"] = [
@@ -256,7 +469,7 @@ def resource_slices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[st
                     "generation": facts.generation,
                     "resourceSliceCount": len(chunks),
                 },
-                "devices": chunk,
+                **chunk,
             },
         }
         for i, chunk in enumerate(chunks)

@@ -58,6 +58,9 @@ class Device:
     binding: str = "driver"
     """driver (the vendor's; also from a Runtime older than the field) or vfio (vfio-pci, for
     pass-through: device_nodes are then its /dev/vfio/<IOMMU group>); unknown (a newer value)."""
+    partition_modes: frozenset[str] = frozenset()
+    """The partition modes (``mig``, ``tdm``) the device can be switched to; empty when it cannot
+    be partitioned, and from a Runtime older than the field."""
 
     @property
     def vfio(self) -> bool:

@@ -112,6 +112,14 @@ def device_from_proto(d: device_pb2.Device) -> Device:
         device_nodes=tuple(d.device_nodes),
         # unset: a Runtime older than the field, whose devices are all on the vendor's driver
         binding="driver" if binding == "unspecified" else binding,
+        partition_modes=frozenset(
+            m
+            for m in (
+                _enum(device_pb2.PartitionMode, n, "PARTITION_MODE_")
+                for n in d.supported_partition_modes
+            )
+            if m in ("mig", "tdm")
+        ),
     )
 
 

@@ -27,6 +27,8 @@ RESOURCE_KINDS = ("gpu", "gpu-core", "gpu-memory", "ppu", "gpu-vfio")
 MIG_STRATEGIES = ("single", "mixed", "none")
 PODS_SOURCES = ("kubelet", "apiserver")
 MODES = ("device-plugin", "dra")
+#: How partitions are published in mode dra (dra_slices.STATIC, dra_slices.DYNAMIC).
+PARTITION_POLICIES = ("static", "dynamic")
 #: Spellings of v1.13, kept until v1.15 with a warning (guide §4.1).
 DEPRECATED = (
     cli.Deprecated("listen_address", "metrics_bind_address", part="host", until="v1.15.0"),
@@ -151,6 +153,16 @@ class Settings:
     dra_registry_dir: str = _doc(
         "The kubelet's plugin watcher directory, where the registration socket goes (mode dra).",
         "/var/lib/kubelet/plugins_registry",
+    )
+    dra_partitions: str = _doc(
+        "How MIG instances and TDM slices are published in mode dra (docs/dra.md): `static` (a "
+        "partitioned GPU as the partitions the Runtime has, e.g. from a layout of "
+        "docs/partitioning.md) or `dynamic` (every GPU that supports MIG, else TDM, is published "
+        "whole and as every partition that could be made on it; a claim's partition is made when "
+        "the kubelet prepares it and removed when it unprepares it; needs a Runtime with "
+        "ConfigService.CreatePartition).",
+        "static",
+        choices=PARTITION_POLICIES,
     )
     cdi_dir: str = _doc(
         "Where the CDI spec of each prepared claim is written for the container runtime "

@@ -178,6 +178,92 @@ class NodeState:
             self._save_state()
         return new
 
+    def create_partition(self, device_id: str, mode: Mode, spec: str | int) -> tuple[Device, str]:
+        """Add one partition beside a device's others, which stay with their allocations;
+        (device, new partition id). Raises RuntimeRefusal with the reason it cannot: unknown or
+        vfio-bound device, a mode it does not support or another mode than it is in, the device
+        held whole or shared, or a partition that does not fit beside the ones it has."""
+        dev = self._device_to_partition(device_id, mode)
+        if dev.mode not in (Mode.NONE, mode):
+            raise RuntimeRefusal(
+                Refusal.PRECONDITION,
+                f"{device_id} is in {dev.mode.value} mode with partitions "
+                f"{[p.id for p in dev.partitions]}: a {mode.value} partition cannot join them",
+            )
+        if not dev.partitions:
+            whole = [a.id for a in self.ledger.allocations.values() if device_id in a.device_ids]
+            if whole:
+                raise RuntimeRefusal(
+                    Refusal.PRECONDITION,
+                    f"{device_id} is allocated whole or shared by {whole}; release them first",
+                )
+        specs: list[str] | list[int] = (
+            [p.profile for p in dev.partitions] + [str(spec)]
+            if mode is Mode.MIG
+            else [p.time_percent for p in dev.partitions] + [int(spec)]
+        )
+        try:
+            parts = partitions_for(device_id, dev.memory_bytes, dev.compute_units, mode, specs)
+        except InventoryError as e:
+            raise RuntimeRefusal(Refusal.PRECONDITION, str(e)) from e
+        kept = dev.partitions
+        taken = {p.id for p in kept}
+        added = parts[-1]
+        stem = added.id.rsplit("-", 1)[0]
+        n = 0
+        while f"{stem}-{n}" in taken:
+            n += 1
+        added = replace(added, id=f"{stem}-{n}")
+        new = replace(dev, mode=mode, partitions=(*kept, added))
+        self.devices[device_id] = new
+        log.info("partition_created", node=self.node, device=device_id, partition=added.id)
+        self.publish("PARTITIONS_CHANGED", (new,))
+        self._save_state()
+        return new, added.id
+
+    def delete_partition(self, partition_id: str) -> tuple[Device, bool]:
+        """Remove one partition no allocation holds; the device is whole once its last partition
+        goes. (device, deleted); an id no device has is NOT_FOUND."""
+        dev = next(
+            (d for d in self.devices.values() if any(p.id == partition_id for p in d.partitions)),
+            None,
+        )
+        if dev is None:
+            raise RuntimeRefusal(Refusal.NOT_FOUND, f"no device has a partition {partition_id!r}")
+        holders = [a.id for a in self.ledger.allocations.values() if partition_id in a.device_ids]
+        if holders:
+            raise RuntimeRefusal(
+                Refusal.PRECONDITION,
+                f"{partition_id} is held by {holders}; release them first",
+            )
+        left = tuple(p for p in dev.partitions if p.id != partition_id)
+        new = replace(dev, mode=dev.mode if left else Mode.NONE, partitions=left)
+        self.devices[dev.id] = new
+        log.info("partition_deleted", node=self.node, device=dev.id, partition=partition_id)
+        self.publish("PARTITIONS_CHANGED", (new,))
+        self._save_state()
+        return new, True
+
+    def _device_to_partition(self, device_id: str, mode: Mode) -> Device:
+        dev = self.devices.get(device_id)
+        if dev is None:
+            raise RuntimeRefusal(
+                Refusal.NOT_FOUND, f"unknown device {device_id!r}; known: {sorted(self.devices)}"
+            )
+        if dev.binding is Binding.VFIO:
+            raise RuntimeRefusal(
+                Refusal.PRECONDITION,
+                f"{device_id} is bound to vfio-pci (passed through whole): "
+                "bind it to the driver before partitioning it",
+            )
+        if mode not in dev.supports:
+            raise RuntimeRefusal(
+                Refusal.PRECONDITION,
+                f"{device_id} does not support "
+                f"{mode.value}; it supports {sorted(m.value for m in dev.supports)}",
+            )
+        return dev
+
     def set_binding(self, device_id: str, binding: Binding) -> tuple[Device, bool]:
         """Bind a whole, idle device to the driver or to vfio-pci; (device, changed).
 
@@ -264,6 +350,8 @@ class NodeState:
                     "specs": [
                         p.profile if d.mode is Mode.MIG else p.time_percent for p in d.partitions
                     ],
+                    # partitions made one by one keep their ids across a restart
+                    "ids": [p.id for p in d.partitions],
                 }
                 for d in self.devices.values()
             },
@@ -294,6 +382,9 @@ class NodeState:
                     parts = partitions_for(
                         dev_id, dev.memory_bytes, dev.compute_units, mode, spec["specs"]
                     )
+                    ids = spec.get("ids", [])
+                    if len(ids) == len(parts):
+                        parts = tuple(replace(p, id=str(i)) for p, i in zip(parts, ids, strict=True))
                     self.devices[dev_id] = replace(dev, mode=mode, partitions=parts)
             # absent from a state file written before bindings were modelled
             for dev_id, value in doc.get("binding", {}).items():

@@ -40,7 +40,14 @@ METHODS = {
         "UpdateAllocationOwner",
     ),
     "MonitorService": ("GetDeviceMetrics", "GetAllocationUsage"),
-    "ConfigService": ("GetFeatureState", "SetFeatures", "SetPartitioning", "SetDeviceBinding"),
+    "ConfigService": (
+        "GetFeatureState",
+        "SetFeatures",
+        "SetPartitioning",
+        "SetDeviceBinding",
+        "CreatePartition",
+        "DeletePartition",
+    ),
 }
 #: A Runtime without this method predates Device.binding too: it leaves the field unset.
 SET_DEVICE_BINDING = "ConfigService.SetDeviceBinding"
@@ -291,6 +298,39 @@ class ConfigService(cgrpc.ConfigServiceServicer):
         return cpb.SetPartitioningResponse(
             device_id=dev.id, partition_ids=[p.id for p in dev.partitions]
         )
+
+    async def CreatePartition(
+        self, request: cpb.CreatePartitionRequest, context: Context
+    ) -> cpb.CreatePartitionResponse:
+        await self.faults.enter("ConfigService.CreatePartition", context)
+        try:
+            which = request.WhichOneof("spec")
+            if which == "mig_profile":
+                dev, part_id = self.node.create_partition(
+                    request.device_id, Mode.MIG, request.mig_profile
+                )
+            elif which == "tdm_percent":
+                dev, part_id = self.node.create_partition(
+                    request.device_id, Mode.TDM, request.tdm_percent
+                )
+            else:
+                raise RuntimeRefusal(
+                    Refusal.INVALID,
+                    f"{request.device_id}: give mig_profile or tdm_percent",
+                )
+        except RuntimeRefusal as e:
+            await _refused(context, e)
+        return cpb.CreatePartitionResponse(partition_id=part_id, device=device_pb(dev))
+
+    async def DeletePartition(
+        self, request: cpb.DeletePartitionRequest, context: Context
+    ) -> cpb.DeletePartitionResponse:
+        await self.faults.enter("ConfigService.DeletePartition", context)
+        try:
+            dev, _ = self.node.delete_partition(request.partition_id)
+        except RuntimeRefusal as e:
+            await _refused(context, e)
+        return cpb.DeletePartitionResponse(device=device_pb(dev))
 
     async def SetDeviceBinding(
         self, request: cpb.SetDeviceBindingRequest, context: Context
