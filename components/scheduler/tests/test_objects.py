@@ -89,6 +89,15 @@ def test_unsupported_features_are_named() -> None:
     assert any("anti-affinity" in u for u in p.unsupported)
 
 
+def test_a_pod_of_a_workload_api_pod_group_is_unsupported() -> None:
+    """kube-scheduler places such a pod all or nothing with its group; we would place it alone."""
+    spec = {"containers": [], "schedulingGroup": {"podGroupName": "trainer-0"}}
+    p = objects.pod({"metadata": {"uid": "u", "name": "p"}, "spec": spec})
+    assert p.unsupported == ("a Workload API PodGroup (spec.schedulingGroup)",)
+    lone = objects.pod({"metadata": {"uid": "u", "name": "p"}, "spec": {"containers": []}})
+    assert lone.unsupported == ()
+
+
 def test_device_requests_per_container() -> None:
     raw = {
         "metadata": {"uid": "u", "name": "p"},

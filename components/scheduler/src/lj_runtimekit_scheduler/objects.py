@@ -86,6 +86,10 @@ def _unsupported(spec: Json) -> tuple[str, ...]:
         found.append("topology spread constraints (spec.topologySpreadConstraints)")
     if spec.get("resourceClaims"):
         found.append("dynamic resource allocation (spec.resourceClaims)")
+    if spec.get("schedulingGroup"):
+        # A PodGroup of the upstream Workload API: placing its pods one by one would break its
+        # all-or-nothing promise. Our own gangs are the pod-group annotation or a JobSet.
+        found.append("a Workload API PodGroup (spec.schedulingGroup)")
     for v in spec.get("volumes") or ():
         if v.get("persistentVolumeClaim") or v.get("ephemeral"):
             found.append("volume binding (persistentVolumeClaim/ephemeral volumes)")

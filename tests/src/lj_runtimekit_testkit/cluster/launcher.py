@@ -39,6 +39,14 @@ log = structlog.get_logger(__name__)
 
 SERVICE_CIDR = "10.96.0.0/16"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+FEATURE_GATES = "--feature-gates=GenericWorkload=true"
+"""On the apiserver, KCM and kube-scheduler: the Workload/PodGroup API and gang scheduling of
+pods with ``spec.schedulingGroup`` (beta, off by default in 1.37). KCM needs it too: its
+PodGroup protection controller lifts the finalizer the apiserver puts on every PodGroup, and its
+resource-claim controller refuses to make the claims of a pod in a PodGroup without it. Pods
+without ``spec.schedulingGroup`` are scheduled as before."""
+RUNTIME_CONFIG = "--runtime-config=scheduling.k8s.io/v1beta1=true"
+"""Serve ``scheduling.k8s.io/v1beta1`` (Workload, PodGroup): a beta group off by default."""
 
 
 def _exit_on_sigterm() -> None:
@@ -212,6 +220,8 @@ class ControlPlane:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
                 "--enable-priority-and-fairness=false",
+                FEATURE_GATES,
+                RUNTIME_CONFIG,
                 "--profiling=false",
                 "--v=1",
             ],
@@ -226,6 +236,7 @@ class ControlPlane:
             f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1",
             "--leader-elect=false",
+            FEATURE_GATES,
             "--v=1",
         ]
         self._spawn(
