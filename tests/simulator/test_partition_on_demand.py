@@ -90,7 +90,8 @@ async def test_partitions_come_one_at_a_time_beside_held_ones_and_go_back_to_who
     for pid in (first.partition_id, again.partition_id):
         await c.config.DeletePartition(cpb.DeletePartitionRequest(partition_id=pid))
     gpu = await _device(c, "gpu-0")
-    assert gpu.partition_mode == pb.PARTITION_MODE_NONE and not gpu.partitions
+    assert gpu.partition_mode == pb.PARTITION_MODE_NONE
+    assert not gpu.partitions
     await c.device.Allocate(_alloc(["gpu-0"], uid="u2"))  # whole again
 
 

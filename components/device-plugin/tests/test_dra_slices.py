@@ -359,3 +359,17 @@ def test_a_layouts_unhealthy_partition_alone_is_tainted() -> None:
         {"key": "lj-runtimekit.aliyun.com/unhealthy", "effect": "NoSchedule", "value": "Xid"}
     ]
     assert {d["attributes"]["type"]["string"] for d in rs["spec"]["devices"]} == {"tdm"}
+
+
+def test_the_standard_pcie_root_attribute_when_the_runtime_names_a_valid_root() -> None:
+    devices = [
+        Device(id="gpu-0", memory_bytes=80 * GIB, pcie_root="pci0000:00"),
+        Device(id="gpu-1", index=1, memory_bytes=80 * GIB, pcie_root="not a root"),
+        Device(id="gpu-2", index=2, memory_bytes=80 * GIB),
+    ]
+    (rs,) = resource_slices(devices, FACTS)
+    roots = {
+        d["name"]: d["attributes"].get("resource.kubernetes.io/pcieRoot")
+        for d in rs["spec"]["devices"]
+    }
+    assert roots == {"gpu-0": {"string": "pci0000:00"}, "gpu-1": None, "gpu-2": None}

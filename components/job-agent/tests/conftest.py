@@ -61,6 +61,16 @@ class FakeConfigDaemon(config_pb2_grpc.ConfigServiceServicer):
     ) -> config_pb2.SetDeviceBindingResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not used by enable and disable")
 
+    async def CreatePartition(
+        self, request: config_pb2.CreatePartitionRequest, context: aio.ServicerContext[Any, Any]
+    ) -> config_pb2.CreatePartitionResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "used by the DRA driver only")
+
+    async def DeletePartition(
+        self, request: config_pb2.DeletePartitionRequest, context: aio.ServicerContext[Any, Any]
+    ) -> config_pb2.DeletePartitionResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "used by the DRA driver only")
+
 
 @dataclass
 class Node:

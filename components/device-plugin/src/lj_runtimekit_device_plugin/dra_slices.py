@@ -26,8 +26,9 @@ version that is not semver) leaves that attribute out rather than be cut into a 
 - device names are DNS labels derived from the Runtime's stable device ids (:func:`device_names`;
   the prepare path maps a claim's device back to the Runtime id with the same function);
 - attribute and capacity names are C identifiers of at most 32 characters, in the driver's
-  domain (no prefix); at most 32 attributes and capacities per device together (at most 15
-  attributes and 2 capacities are written);
+  domain (no prefix), besides the standard ``resource.kubernetes.io/pcieRoot``; at most 32
+  attributes and capacities per device together (at most 19 attributes and 2 capacities are
+  written);
 - an unhealthy device carries the taint ``lj-runtimekit.aliyun.com/unhealthy:NoSchedule`` with the
   Runtime's reason as value when it is a valid label value; a recovered one carries none;
 - at most 128 devices per slice, 64 when any device of the pool is tainted or consumes counters
@@ -84,6 +85,11 @@ _SEMVER = re.compile(
     r"(\+([0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*))?\Z"
 )
 _NUMBERS = re.compile(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?\Z")
+#: The standard attribute of the PCIe root complex above a device (Kubernetes' DRA drivers
+#: publish it so a claim can align devices of several drivers, e.g. a GPU and a NIC, with
+#: matchAttribute); a sysfs root name such as "pci0000:00".
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+_PCIE_ROOT = re.compile(r"pci[0-9a-f]{4,8}:[0-9a-f]{2}\Z")
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,8 @@ def _attributes(d: Device, facts: NodeFacts, island: int, switch: int) -> dict[s
     attrs["pcieSwitch"] = {"int": switch}
     if d.compute_units > 0:
         attrs["computeUnits"] = {"int": d.compute_units}
+    if _PCIE_ROOT.match(d.pcie_root):
+        attrs[PCIE_ROOT] = {"string": d.pcie_root}
     for name, raw in (
         ("computeCapability", facts.compute_capability.get(d.id, "")),
         ("driverVersion", facts.driver_version),

@@ -58,6 +58,8 @@ class Device:
     binding: str = "driver"
     """driver (the vendor's; also from a Runtime older than the field) or vfio (vfio-pci, for
     pass-through: device_nodes are then its /dev/vfio/<IOMMU group>); unknown (a newer value)."""
+    pcie_root: str = ""
+    """The PCIe root complex above the device (sysfs ``pci<domain>:<bus>``); "" when unknown."""
     partition_modes: frozenset[str] = frozenset()
     """The partition modes (``mig``, ``tdm``) the device can be switched to; empty when it cannot
     be partitioned, and from a Runtime older than the field."""

@@ -112,6 +112,7 @@ def device_from_proto(d: device_pb2.Device) -> Device:
         device_nodes=tuple(d.device_nodes),
         # unset: a Runtime older than the field, whose devices are all on the vendor's driver
         binding="driver" if binding == "unspecified" else binding,
+        pcie_root=d.pcie_root,
         partition_modes=frozenset(
             m
             for m in (

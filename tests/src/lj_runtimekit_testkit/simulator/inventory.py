@@ -116,6 +116,8 @@ class Device:
     binding: Binding = Binding.DRIVER
     iommu_group: int = -1
     """-1: IOMMU_GROUP_BASE + index (see :attr:`group`)."""
+    pcie_root: str = ""
+    """The PCIe root complex above the device (sysfs ``pci<domain>:<bus>``); "" when unknown."""
 
     @property
     def group(self) -> int:

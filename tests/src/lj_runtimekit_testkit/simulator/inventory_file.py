@@ -65,6 +65,7 @@ _DEVICE_KEYS = {
     "compute_capability",
     "binding",
     "iommu_group",
+    "pcie_root",
 }
 _DEFAULT_NODES = {
     Kind.GPU: "/dev/nvidia{i}",
@@ -214,7 +215,24 @@ def _device(raw: Mapping[str, Any], position: int, node: str, where: str) -> Dev
         iommu_group=_int(raw["iommu_group"], f"{where}.iommu_group", minimum=0)
         if "iommu_group" in raw
         else -1,
+        pcie_root=_str(
+            raw.get("pcie_root", pcie_root_of(raw.get("pci_bus_id"), raw.get("numa_node", -1))),
+            f"{where}.pcie_root",
+            empty=True,
+        ),
     )
+
+
+def pcie_root_of(pci_bus_id: object, numa_node: object) -> str:
+    """The simulated root complex of a device: one per NUMA node of its PCI domain, as on a
+    two-socket server (``pci0000:00`` for node 0, ``pci0000:80`` for node 1); "" when the
+    device has no bus id or NUMA node."""
+    if not isinstance(pci_bus_id, str) or ":" not in pci_bus_id:
+        return ""
+    if not isinstance(numa_node, int) or isinstance(numa_node, bool) or numa_node < 0:
+        return ""
+    domain = pci_bus_id.split(":", 1)[0]
+    return f"pci{domain}:{(numa_node * 0x80) % 0x100:02x}"
 
 
 def _check_unique(devices: list[Device], source: str) -> None:

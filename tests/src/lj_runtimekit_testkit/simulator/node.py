@@ -384,7 +384,9 @@ class NodeState:
                     )
                     ids = spec.get("ids", [])
                     if len(ids) == len(parts):
-                        parts = tuple(replace(p, id=str(i)) for p, i in zip(parts, ids, strict=True))
+                        parts = tuple(
+                            replace(p, id=str(i)) for p, i in zip(parts, ids, strict=True)
+                        )
                     self.devices[dev_id] = replace(dev, mode=mode, partitions=parts)
             # absent from a state file written before bindings were modelled
             for dev_id, value in doc.get("binding", {}).items():

@@ -84,6 +84,7 @@ def device_pb(device: Device, *, binding: bool = True) -> pb.Device:
         compute_capability=device.compute_capability,
         supported_partition_modes=[_MODES[m] for m in (Mode.MIG, Mode.TDM) if m in device.supports],
         binding=BINDINGS[device.binding] if binding else pb.DEVICE_BINDING_UNSPECIFIED,
+        pcie_root=device.pcie_root,
     )
 
 
