@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ import structlog
 from aiohttp import web
 from kubernetes_asyncio.config import ConfigException
 
-from . import __version__, lifecycle, logs
+from . import __version__, lifecycle, logs, migration
 from .allocate import Allocator
 from .annotations import not_passed
 from .assignment import PodView
@@ -19,6 +19,8 @@ from .dra_checkpoint import CheckpointStore, read_boot_id
 from .dra_plugin import DraHost
 from .dra_prepare import Preparer
 from .dra_publish import SlicePublisher
+from .dra_slices import DYNAMIC
+from .handover import Handover, held_taints, next_change
 from .handshake import PodLister, SharedHandshake
 from .health import HealthFollower
 from .httpd import create_app
@@ -40,10 +42,11 @@ from .model import Injection
 from .plugins import PluginHost
 from .podresources import PodResourcesClient
 from .podview import pod_state, pod_view
-from .reclaim import Reclaimer
+from .reclaim import Listed, Reclaimer
 from .reconcile import PodState
 from .resources import ResourceNames
 from .runtime import DriverFacts, RuntimeClient, RuntimeUnavailable, driver_facts
+from .runtime_partitions import PartitionClient
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -87,14 +90,22 @@ async def _facts(client: RuntimeClient) -> DriverFacts | None:
 
 
 async def _publish(
-    inventory: Inventory, publisher: Publisher | SlicePublisher, client: RuntimeClient
+    inventory: Inventory,
+    publisher: Publisher | SlicePublisher,
+    client: RuntimeClient,
+    handover: Handover | None = None,
 ) -> None:
     """One write per change of the inventory (never on a timer); failures retried on change.
 
     The driver facts are asked again only when the Runtime (its GetVersion) or the set of
     devices changed: they are properties of the driver and the hardware, not of health. While
     the Runtime does not answer the last known ones stay, so labels do not flap with a restart.
+    With ``handover`` (the slices) nothing is written before its first answer, and each change
+    of it is a change too.
     """
+    if handover is not None:
+        await handover.known.wait()
+    seen = handover.generation if handover is not None else 0
     view = inventory.view()
     facts: DriverFacts | None = None
     asked: object = None
@@ -109,7 +120,7 @@ async def _publish(
                 log.warning("inventory_publish_failed", error=str(e), next="retry in 5s")
                 await asyncio.sleep(5)
                 continue
-        view = await inventory.changed(view.generation)
+        view, seen = await next_change(inventory, view, handover, seen)
 
 
 async def _apiserver(s: Settings) -> Any:
@@ -211,6 +222,8 @@ def _reclaimer(
     inventory: Inventory,
     pods: PodLister | None,
     metrics: PluginMetrics,
+    dra: DraHost | None = None,
+    on_listed: Listed | None = None,
 ) -> Reclaimer:
     states = None
     if pods is not None:
@@ -237,6 +250,9 @@ def _reclaimer(
         interval_s=s.reconcile_interval,
         grace_s=s.release_grace,
         metrics=metrics,
+        claimed=dra.plugin.settled if dra is not None else None,
+        on_listed=on_listed,
+        listed_pods_hold=s.mode == "dra",
     )
 
 
@@ -267,7 +283,14 @@ def health_report(
 
 
 def _dra_host(
-    s: Settings, client: RuntimeClient, api: Any, names: ResourceNames, inventory: Inventory
+    s: Settings,
+    client: RuntimeClient,
+    api: Any,
+    names: ResourceNames,
+    inventory: Inventory,
+    *,
+    prepare: bool = True,
+    on_unprepared: Callable[[], None] | None = None,
 ) -> DraHost:
     async def claim(ns: str, name: str) -> dict[str, Any]:
         return await read_claim(api, ns, name)
@@ -275,9 +298,7 @@ def _dra_host(
     async def pod(ns: str, name: str) -> dict[str, Any]:
         return await read_pod(api, ns, name)
 
-    store = CheckpointStore(
-        Path(s.dra_plugin_dir) / s.dra_driver_name / "checkpoint.json", read_boot_id()
-    )
+    store = CheckpointStore(_checkpoint_path(s), read_boot_id())
     preparer = Preparer(
         client,
         read_claim=claim,
@@ -289,13 +310,23 @@ def _dra_host(
         pool=s.node_name,
         cdi_dir=Path(s.cdi_dir),
         cdi_kind=s.cdi_kind,
+        partitions=(
+            PartitionClient(s.socket_dir, s.rpc_timeout) if s.dra_partitions == DYNAMIC else None
+        ),
+        policy=s.dra_partitions,
     )
     return DraHost(
         preparer,
         driver=s.dra_driver_name,
         plugin_dir=s.dra_plugin_dir,
         registry_dir=s.dra_registry_dir,
+        prepare=prepare,
+        on_unprepared=on_unprepared,
     )
+
+
+def _checkpoint_path(s: Settings) -> Path:
+    return Path(s.dra_plugin_dir) / s.dra_driver_name / "checkpoint.json"
 
 
 def _health(
@@ -327,6 +358,7 @@ def _plugin_host(
     *,
     metrics: PluginMetrics,
     reclaimer: Reclaimer,
+    withheld: Handover | None = None,
 ) -> PluginHost:
     def registered(resource: str) -> None:
         metrics.registered(resource)
@@ -344,6 +376,7 @@ def _plugin_host(
         on_registered=registered,
         on_refused=refused,
         intent=allocator.intent,
+        withheld=withheld,
     )
     metrics.follow_registrations(host.registration_state)
     return host
@@ -358,14 +391,49 @@ def _spawn_publishers(
     inventory: Inventory,
     client: RuntimeClient,
     dra: bool,
+    handover: Handover | None,
+    withdraw: bool,
 ) -> None:
-    """NodeDevices and labels (both modes), and the ResourceSlices in mode dra."""
+    """NodeDevices and labels (both modes), and the ResourceSlices in mode dra (what the
+    device plugin holds tainted); in mode device-plugin after mode dra, the slices withdrawn."""
     if api is not None and s.publish_inventory:
         publisher = Publisher(api, s.node_name, names, label_prefix=s.node_label_prefix)
         tasks.spawn("publish", _publish(inventory, publisher, client))
-    if dra:
-        slices = SlicePublisher(api, s.node_name, driver=s.dra_driver_name)
-        tasks.spawn("slices", _publish(inventory, slices, client))
+    if dra or (withdraw and api is not None):
+        slices = SlicePublisher(
+            api,
+            s.node_name,
+            driver=s.dra_driver_name,
+            partitions=s.dra_partitions,
+            taints=lambda: held_taints(handover.held if handover is not None else {}),
+        )
+        job = _publish(inventory, slices, client, handover) if dra else None
+        tasks.spawn("slices", job or migration.withdraw_slices(slices))
+
+
+def _dra_parts(
+    s: Settings, client: RuntimeClient, api: Any, names: ResourceNames, inventory: Inventory
+) -> tuple[DraHost | None, Handover | None, asyncio.Event]:
+    """The DRA host (mode dra, or mode device-plugin after mode dra this boot, to unprepare) and
+    the handover when the other mode may hold devices; the event is set after every unprepare."""
+    unprepared = asyncio.Event()
+    dra = s.mode == "dra"
+    if dra and api is None:
+        raise ConfigException("mode dra needs the apiserver (ResourceSlices, ResourceClaims)")
+    if not dra and not _checkpoint_path(s).exists():
+        return None, None, unprepared  # this node never ran in mode dra
+    host = _dra_host(s, client, api, names, inventory, prepare=dra, on_unprepared=unprepared.set)
+    keep = dra or bool(host.plugin.preparer.checkpoint.claims)
+    return host, Handover() if keep else None, unprepared
+
+
+async def _first(awaitable: Coroutine[Any, Any, Any], tasks: lifecycle.Tasks) -> None:
+    """Wait for ``awaitable`` or for the tasks to stop, whichever comes first."""
+    first = asyncio.create_task(awaitable)
+    stopping = asyncio.create_task(tasks.wait())
+    await asyncio.wait({first, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    first.cancel()
+    stopping.cancel()
 
 
 async def serve(
@@ -387,7 +455,20 @@ async def serve(
     )
     api = await _apiserver(s)
     pods = _pod_lister(s, api)
-    reclaimer = _reclaimer(s, client, names=names, inventory=inventory, pods=pods, metrics=metrics)
+    dra = s.mode == "dra"
+    dra_host, handover, unprepared = _dra_parts(s, client, api, names, inventory)
+    reclaimer = _reclaimer(
+        s,
+        client,
+        names=names,
+        inventory=inventory,
+        pods=pods,
+        metrics=metrics,
+        dra=dra_host if handover is not None else None,
+        on_listed=migration.tracker(handover, lambda: inventory.view().devices, dra=dra)
+        if handover is not None
+        else None,
+    )
     # a Runtime or kubelet that comes back is reconciled at once
     follower = HealthFollower(client, inventory, s.health_interval, on_connect=reclaimer.wake)
     allocator = Allocator(
@@ -405,16 +486,17 @@ async def serve(
         devices=lambda: inventory.view().devices,
     )
 
-    host = _plugin_host(s, inventory, names, allocator, metrics=metrics, reclaimer=reclaimer)
-
-    dra_host = None
-    if s.mode == "dra":
-        if api is None:
-            raise ConfigException("mode dra needs the apiserver (ResourceSlices, ResourceClaims)")
-        dra_host = _dra_host(s, client, api, names, inventory)
-
+    host = _plugin_host(
+        s,
+        inventory,
+        names,
+        allocator,
+        metrics=metrics,
+        reclaimer=reclaimer,
+        withheld=None if dra else handover,
+    )
     runner = web.AppRunner(
-        create_app(metrics, _health(follower, inventory, host if dra_host is None else dra_host))
+        create_app(metrics, _health(follower, inventory, dra_host if dra and dra_host else host))
     )
     await runner.setup()
     await web.TCPSite(runner, *s.metrics_address).start()
@@ -429,20 +511,29 @@ async def serve(
         ("metrics", _track(inventory, metrics, follower)),
     ):
         tasks.spawn(name, job)
-    if dra_host is None:
-        # the device plugin API's allocations only: in mode dra the kubelet says when to release
-        tasks.spawn("reconcile", reclaimer.run())
+    # the device plugin API's allocations only (also in mode dra: those of pods from before the
+    # switch); a prepared claim's the kubelet releases through NodeUnprepareResources
+    tasks.spawn("reconcile", reclaimer.run())
     _spawn_publishers(
-        tasks, s, api, names=names, inventory=inventory, client=client, dra=dra_host is not None
+        tasks,
+        s,
+        api,
+        names=names,
+        inventory=inventory,
+        client=client,
+        dra=dra,
+        handover=handover,
+        withdraw=dra_host is not None,
     )
+    if not dra and dra_host is not None and handover is not None:
+        tasks.spawn("dra-unprepare", migration.hand_back(dra_host, unprepared, reclaimer.wake))
     # Registering before the first inventory would advertise nothing: wait for it (or stop).
-    first = asyncio.create_task(follower.connected.wait())
-    stopping = asyncio.create_task(tasks.wait())
-    await asyncio.wait({first, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    first.cancel()
-    stopping.cancel()
+    await _first(follower.connected.wait(), tasks)
+    if not tasks.stop.is_set() and not dra and handover is not None:
+        # the devices prepared claims hold must be known before the kubelet hears of any
+        await _first(handover.known.wait(), tasks)
     if not tasks.stop.is_set():
-        if dra_host is not None:
+        if dra and dra_host is not None:
             await dra_host.start()
         else:
             tasks.spawn("plugins", host.run())

@@ -6,6 +6,11 @@ type ``DRAPlugin``, the driver name, the endpoint of the DRA service
 serve. It then calls ``NodePrepareResources`` / ``NodeUnprepareResources`` there. Both sockets are
 made anew at start (a stale file from a killed process would make the bind fail) and removed at
 stop, which is how the kubelet learns the plugin went away.
+
+In mode device-plugin the same servers stay while the DRA checkpoint still holds claims (a node
+moved back with DRA pods running, docs/dra.md): ``NodeUnprepareResources`` releases as in mode dra,
+and ``NodePrepareResources`` answers only a claim already prepared (a kubelet restart repeats
+those) and refuses any other, since the node publishes no ResourceSlices any more.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
@@ -24,7 +30,8 @@ from lj_runtimekit_interface.dra.v1 import api_pb2_grpc as dra_grpc
 from lj_runtimekit_interface.pluginregistration.v1 import api_pb2 as reg_pb2
 from lj_runtimekit_interface.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
-from .dra_prepare import ClaimRef, Preparer
+from .dra_prepare import ClaimRef, Outcome, Preparer
+from .handover import claimed_ids
 
 log = structlog.get_logger(__name__)
 
@@ -38,16 +45,56 @@ def _refs(claims: object) -> list[ClaimRef]:
     return [ClaimRef(c.namespace, c.name, c.uid) for c in claims]  # type: ignore[attr-defined]
 
 
+def refusal(ref: ClaimRef, driver: str) -> str:
+    return (
+        f"claim {ref.namespace}/{ref.name} cannot be prepared: this node is in device-plugin mode "
+        f"(node label lj_runtimekit_device_mode is not dra), where {driver} only releases the "
+        "claims it prepared before; the claim was allocated from a ResourceSlice since withdrawn: "
+        "delete the pod so that its claim is allocated on a node in DRA mode"
+    )
+
+
 class DRAPlugin(dra_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer) -> None:
+    def __init__(
+        self,
+        preparer: Preparer,
+        *,
+        prepare: bool = True,
+        on_unprepared: Callable[[], None] | None = None,
+    ) -> None:
         self.preparer = preparer
+        self.prepare = prepare
+        """False in mode device-plugin: only claims already prepared are answered."""
+        self.on_unprepared = on_unprepared or (lambda: None)
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def settled(self) -> AsyncIterator[frozenset[str]]:
+        """The Runtime allocation ids of the prepared claims; no prepare or unprepare runs until
+        the block ends (so a Runtime listing inside it matches them)."""
+        async with self._lock:
+            yield claimed_ids(self.preparer.checkpoint)
+
+    async def _prepare(self, refs: list[ClaimRef]) -> dict[str, Outcome]:
+        if self.prepare:
+            return await self.preparer.prepare(refs)
+        known = self.preparer.checkpoint.claims
+        out = {
+            r.uid: Outcome(error=refusal(r, self.preparer.driver))
+            for r in refs
+            if r.uid not in known
+        }
+        # a repeated prepare allocates nothing: it answers the CDI ids of the checkpoint
+        out.update(await self.preparer.prepare([r for r in refs if r.uid in known]))
+        return out
 
     async def NodePrepareResources(
         self,
         request: dra_pb2.NodePrepareResourcesRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> dra_pb2.NodePrepareResourcesResponse:
-        outcomes = await self.preparer.prepare(_refs(request.claims))
+        async with self._lock:
+            outcomes = await self._prepare(_refs(request.claims))
         resp = dra_pb2.NodePrepareResourcesResponse()
         for uid, outcome in outcomes.items():
             entry = resp.claims[uid]
@@ -71,7 +118,9 @@ class DRAPlugin(dra_grpc.DRAPluginServicer):
         request: dra_pb2.NodeUnprepareResourcesRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> dra_pb2.NodeUnprepareResourcesResponse:
-        errors = await self.preparer.unprepare(_refs(request.claims))
+        async with self._lock:
+            errors = await self.preparer.unprepare(_refs(request.claims))
+        self.on_unprepared()
         resp = dra_pb2.NodeUnprepareResourcesResponse()
         for uid, error in errors.items():
             resp.claims[uid].error = error
@@ -123,16 +172,35 @@ def _fresh_socket(path: Path) -> str:
     return sockets.unix_target(str(path))
 
 
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None
+
+
 class DraHost:
     """Both servers of the DRA kubelet plugin, on their sockets."""
 
-    def __init__(self, preparer: Preparer, *, driver: str, plugin_dir: str, registry_dir: str):
+    def __init__(
+        self,
+        preparer: Preparer,
+        *,
+        driver: str,
+        plugin_dir: str,
+        registry_dir: str,
+        prepare: bool = True,
+        on_unprepared: Callable[[], None] | None = None,
+    ):
         self.driver = driver
         self.dra_socket = Path(plugin_dir) / driver / "dra.sock"
         self.reg_socket = Path(registry_dir) / f"{driver}-reg.sock"
         self.registration = Registration(driver, str(self.dra_socket))
-        self.plugin = DRAPlugin(preparer)
+        self.plugin = DRAPlugin(preparer, prepare=prepare, on_unprepared=on_unprepared)
         self._servers: list[grpc.aio.Server] = []
+        self._made: dict[Path, int | None] = {}
+        """Each socket this host bound, with its inode: stop removes only those (the other
+        mode's pod may have bound the same path since, when a node changes mode)."""
 
     async def start(self) -> None:
         dra = grpc.aio.server()
@@ -140,12 +208,14 @@ class DraHost:
         dra.add_insecure_port(_fresh_socket(self.dra_socket))
         await dra.start()
         self._servers.append(dra)
+        self._made[self.dra_socket] = _inode(self.dra_socket)
         # registration last: the kubelet may call the endpoint as soon as it learns it
         reg = grpc.aio.server()
         reg_grpc.add_RegistrationServicer_to_server(self.registration, reg)
         reg.add_insecure_port(_fresh_socket(self.reg_socket))
         await reg.start()
         self._servers.append(reg)
+        self._made[self.reg_socket] = _inode(self.reg_socket)
         log.info(
             "dra_plugin_serving",
             driver=self.driver,
@@ -153,10 +223,16 @@ class DraHost:
             endpoint=str(self.dra_socket),
         )
 
+    @property
+    def serving(self) -> bool:
+        return bool(self._servers)
+
     async def stop(self) -> None:
         for server in reversed(self._servers):
             await server.stop(grace=1.0)
         self._servers.clear()
+        made, self._made = self._made, {}
         for path in (self.reg_socket, self.dra_socket):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            if path in made and _inode(path) == made[path]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)

@@ -20,6 +20,7 @@ import structlog
 from lj_runtimekit_interface import sockets
 
 from . import runtime_channel
+from .handover import Handover
 from .inventory import Inventory
 from .resources import ResourceNames, advertise
 from .server import (
@@ -62,7 +63,10 @@ class PluginHost:
         on_registered: Callable[[str], None] | None = None,
         on_refused: Callable[[str], None] | None = None,
         intent: Intent | None = None,
+        withheld: Handover | None = None,
     ) -> None:
+        self.withheld = withheld
+        """The devices prepared DRA claims still hold (a node moved back from DRA), if any."""
         self.on_refused = on_refused or (lambda _: None)
         self.intent = intent
         self.plugin_dir = plugin_dir
@@ -118,6 +122,7 @@ class PluginHost:
             self.allocator,
             self.observe,
             intent=self.intent,
+            withheld=self.withheld,
         )
         server = create_server(sockets.unix_target(path), plugin)
         await server.start()

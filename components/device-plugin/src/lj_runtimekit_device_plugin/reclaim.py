@@ -6,6 +6,12 @@ live container holds; that is released through the Runtime's Release, and provis
 replaced by the real ones (``DeviceService.UpdateAllocationOwner``). A pass where any of them
 does not answer decides nothing. Passes run on start, after every reconnect to the Runtime or
 the kubelet (:meth:`Reclaimer.wake`), and every ``interval_s``.
+
+On a node that has run in DRA mode, the allocations of the claims the DRA checkpoint holds are
+never this module's business (pod-resources lists their devices under ``dynamic_resources``, and
+the kubelet's ``NodeUnprepareResources`` releases them): ``claimed`` says which they are, read
+while no prepare or unprepare runs, and ``on_listed`` learns each pass's :class:`Split` (what
+the node's other mode holds, :mod:`.handover`).
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, replace
 
 import structlog
 
 from .errors import TemporaryError
+from .handover import Split, split
 from .metrics import PluginMetrics
 from .model import Allocation
 from .podresources import PodResourcesClient
@@ -37,6 +45,9 @@ log = structlog.get_logger(__name__)
 
 PodStates = Callable[[], Awaitable[list[PodState] | None]]
 """The pods on the node; None when unknown this time (the pass goes on without them)."""
+Claimed = Callable[[], AbstractAsyncContextManager[frozenset[str]]]
+"""The allocation ids of the prepared DRA claims, with no prepare or unprepare running inside."""
+Listed = Callable[[Split], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,9 @@ class Reclaimer:
         grace_s: float = 10.0,
         metrics: PluginMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        claimed: Claimed | None = None,
+        on_listed: Listed | None = None,
+        listed_pods_hold: bool = False,
     ) -> None:
         self.client = client
         self.kubelet = kubelet
@@ -75,6 +89,10 @@ class Reclaimer:
         self.grace_s = grace_s
         self.metrics = metrics
         self.clock = clock
+        self.claimed = claimed
+        self.on_listed = on_listed
+        self.listed_pods_hold = listed_pods_hold
+        """Mode dra: see :func:`reconcile.decide`."""
         self.memory = Memory()
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -116,8 +134,21 @@ class Reclaimer:
                 result.released, result.reowned, result.waiting, result.skipped, seconds
             )
 
+    async def _split(self) -> Split:
+        """The Runtime's allocations of our resources, the claims' set apart. The list is taken
+        while no prepare runs: a claim's allocation never shows up before its checkpoint entry."""
+        if self.claimed is None:
+            return Split(tuple(a for a in await allocations(self.client) if self.ours(a.resource)))
+        async with self.claimed() as claimed:
+            listed = await allocations(self.client)
+        return split((a for a in listed if self.ours(a.resource)), claimed)
+
     async def _pass(self, prompt: bool) -> PassResult:
-        allocs = [a for a in await allocations(self.client) if self.ours(a.resource)]
+        listed = await self._split()
+        if self.on_listed is not None:
+            # before the kubelet is asked: what the other mode holds needs only the Runtime
+            await self.on_listed(listed)
+        allocs = list(listed.device_plugin)
         holdings = await self.kubelet.list()
         pods = await self.pods() if self.pods is not None else None
         now = self.clock()
@@ -134,10 +165,14 @@ class Reclaimer:
             grace_s=self.grace_s,
             memory=memory,
             shared_resources=self.shared_resources,
+            listed_pods_hold=self.listed_pods_hold,
         )
         if not prompt:
             self.memory = d.memory
         released = await self._release(d)
+        if released and self.on_listed is not None:
+            left = tuple(a for a in allocs if a.id not in released)
+            await self.on_listed(replace(listed, device_plugin=left))
         reowned = await self._reown(d)
         if self.metrics is not None:
             self.metrics.unheld.set(len(d.waiting))
@@ -170,7 +205,11 @@ class Reclaimer:
             self.metrics.released.labels(a.resource, by).inc()
 
     async def release_stale(self, stale: list[Allocation], resource: str) -> None:
-        """Free allocations of containers that are gone, found at Allocate."""
+        """Free allocations of containers that are gone, found at Allocate (never a prepared
+        claim's: the kubelet does not know those devices, so their handing out says nothing)."""
+        if self.claimed is not None:
+            async with self.claimed() as claimed:
+                stale = [a for a in stale if a.id not in claimed]
         for a in stale:
             await release(self.client, a.id)
             self._log_release(

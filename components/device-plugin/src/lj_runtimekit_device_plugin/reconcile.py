@@ -14,7 +14,12 @@ says what to release and what to re-own. It guarantees:
 - a pod the pod list shows alive with the allocation's uid, but that pod-resources does not list
   yet (a kubelet still syncing after its restart), keeps it;
 - an allocation under the provisional owner is held by whichever container holds its devices,
-  and is re-owned to it once that pod's uid is known.
+  and is re-owned to it once that pod's uid is known;
+- with ``listed_pods_hold`` (mode dra), a live pod that pod-resources lists keeps its
+  allocations even when its container lists none of their devices: there a claim's devices are
+  listed under ``dynamic_resources``, and a claim the DRA checkpoint lost (a corrupt file) must
+  not be released under its running pod; a device-plugin pod from before the switch is released
+  once it is gone, replaced or ended.
 """
 
 from __future__ import annotations
@@ -118,6 +123,8 @@ def why_unheld(
     listed: set[tuple[str, str]],
     pods: Mapping[tuple[str, str], PodState] | None,
     shared_resources: frozenset[str],
+    *,
+    listed_pods_hold: bool = False,
 ) -> str | None:
     """None when a live container holds ``a``; else why not."""
     ns, name, uid = a.pod
@@ -138,6 +145,8 @@ def why_unheld(
         return None  # alive by its pod list, not listed by the kubelet yet: wait, never guess
     if (ns, name) not in listed:
         return f"pod {ns}/{name} is not on the node"
+    if listed_pods_hold:
+        return None
     return f"container {a.container} of {ns}/{name} does not hold {list(a.device_ids)}"
 
 
@@ -150,6 +159,7 @@ def decide(
     grace_s: float,
     memory: Memory,
     shared_resources: frozenset[str],
+    listed_pods_hold: bool = False,
 ) -> Decision:
     """One trusted pass: ``allocations`` (ours only) against what the kubelet says is held."""
     held, listed = _held_ids(holdings)
@@ -164,7 +174,9 @@ def decide(
     reown = []
     unheld: set[str] = set()
     for a in allocations:
-        reason = why_unheld(a, held, listed, by_name, shared_resources)
+        reason = why_unheld(
+            a, held, listed, by_name, shared_resources, listed_pods_hold=listed_pods_hold
+        )
         if reason is None:
             holder = _holder_of(a, held) if is_provisional(a) else None
             pod = by_name.get(holder[:2]) if holder and by_name is not None else None

@@ -2,6 +2,10 @@
 
 Servicers subclass the generated base and keep the proto's method names. Domain errors become
 gRPC status codes only here (``context.abort``).
+
+On a node moved back from DRA with claims still prepared, ``withheld`` (a :class:`Handover`)
+names the devices those claims hold: their units are listed Unhealthy until the kubelet
+unprepares the claims (:mod:`.handover`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from lj_runtimekit_interface.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
 from .assignment import WholeIntent
 from .errors import DevicePluginError, PermanentError
+from .handover import Handover, next_change, withhold
 from .inventory import Inventory, View
 from .model import Injection
 from .resources import ResourceNames, Unit, advertise, device_of
@@ -77,8 +82,10 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
         observe: Observer | None = None,
         *,
         intent: Intent | None = None,
+        withheld: Handover | None = None,
     ) -> None:
         self.resource = resource
+        self.withheld = withheld
         self.inventory = inventory
         self.names = names
         self.allocator = allocator
@@ -98,14 +105,17 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
         self, request: api_pb2.Empty, context: grpc.aio.ServicerContext[object, object]
     ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
         view = self.inventory.view()
+        seen = self.withheld.generation if self.withheld is not None else 0
         last: tuple[Unit, ...] | None = None
         while True:
             units = _units(view, self.names, self.resource)
+            if self.withheld is not None:
+                units = withhold(units, self.withheld.held)
             if units != last:
                 # every message carries the full list, as the kubelet replaces its view
                 yield list_response(units)
                 last = units
-            view = await self.inventory.changed(view.generation)
+            view, seen = await next_change(self.inventory, view, self.withheld, seen)
 
     async def GetPreferredAllocation(
         self,
