@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -15,11 +14,8 @@ from . import __version__, lifecycle, logs, migration
 from .allocate import Allocator
 from .annotations import not_passed
 from .assignment import PodView
-from .dra_checkpoint import CheckpointStore, read_boot_id
 from .dra_plugin import DraHost
-from .dra_prepare import Preparer
 from .dra_publish import SlicePublisher
-from .dra_slices import DYNAMIC
 from .handover import Handover, held_taints, next_change
 from .handshake import PodLister, SharedHandshake
 from .health import HealthFollower
@@ -33,8 +29,6 @@ from .kube import (
     mark_pod,
     node_pods,
     post_event,
-    read_claim,
-    read_pod,
 )
 from .kubelet import PodsUnavailable, kubelet_pods
 from .metrics import PluginMetrics
@@ -46,7 +40,6 @@ from .reclaim import Listed, Reclaimer
 from .reconcile import PodState
 from .resources import ResourceNames
 from .runtime import DriverFacts, RuntimeClient, RuntimeUnavailable, driver_facts
-from .runtime_partitions import PartitionClient
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -282,53 +275,6 @@ def health_report(
     return True, "; ".join([f"{head}, registered: {sorted(registered)}", *problems])
 
 
-def _dra_host(
-    s: Settings,
-    client: RuntimeClient,
-    api: Any,
-    names: ResourceNames,
-    inventory: Inventory,
-    *,
-    prepare: bool = True,
-    on_unprepared: Callable[[], None] | None = None,
-) -> DraHost:
-    async def claim(ns: str, name: str) -> dict[str, Any]:
-        return await read_claim(api, ns, name)
-
-    async def pod(ns: str, name: str) -> dict[str, Any]:
-        return await read_pod(api, ns, name)
-
-    store = CheckpointStore(_checkpoint_path(s), read_boot_id())
-    preparer = Preparer(
-        client,
-        read_claim=claim,
-        read_pod=pod,
-        devices=lambda: inventory.view().devices,
-        store=store,
-        names=names,
-        driver=s.dra_driver_name,
-        pool=s.node_name,
-        cdi_dir=Path(s.cdi_dir),
-        cdi_kind=s.cdi_kind,
-        partitions=(
-            PartitionClient(s.socket_dir, s.rpc_timeout) if s.dra_partitions == DYNAMIC else None
-        ),
-        policy=s.dra_partitions,
-    )
-    return DraHost(
-        preparer,
-        driver=s.dra_driver_name,
-        plugin_dir=s.dra_plugin_dir,
-        registry_dir=s.dra_registry_dir,
-        prepare=prepare,
-        on_unprepared=on_unprepared,
-    )
-
-
-def _checkpoint_path(s: Settings) -> Path:
-    return Path(s.dra_plugin_dir) / s.dra_driver_name / "checkpoint.json"
-
-
 def _health(
     follower: HealthFollower, inventory: Inventory, host: PluginHost | DraHost
 ) -> Callable[[], tuple[bool, str]]:
@@ -411,22 +357,6 @@ def _spawn_publishers(
         tasks.spawn("slices", job or migration.withdraw_slices(slices))
 
 
-def _dra_parts(
-    s: Settings, client: RuntimeClient, api: Any, names: ResourceNames, inventory: Inventory
-) -> tuple[DraHost | None, Handover | None, asyncio.Event]:
-    """The DRA host (mode dra, or mode device-plugin after mode dra this boot, to unprepare) and
-    the handover when the other mode may hold devices; the event is set after every unprepare."""
-    unprepared = asyncio.Event()
-    dra = s.mode == "dra"
-    if dra and api is None:
-        raise ConfigException("mode dra needs the apiserver (ResourceSlices, ResourceClaims)")
-    if not dra and not _checkpoint_path(s).exists():
-        return None, None, unprepared  # this node never ran in mode dra
-    host = _dra_host(s, client, api, names, inventory, prepare=dra, on_unprepared=unprepared.set)
-    keep = dra or bool(host.plugin.preparer.checkpoint.claims)
-    return host, Handover() if keep else None, unprepared
-
-
 async def _first(awaitable: Coroutine[Any, Any, Any], tasks: lifecycle.Tasks) -> None:
     """Wait for ``awaitable`` or for the tasks to stop, whichever comes first."""
     first = asyncio.create_task(awaitable)
@@ -456,7 +386,7 @@ async def serve(
     api = await _apiserver(s)
     pods = _pod_lister(s, api)
     dra = s.mode == "dra"
-    dra_host, handover, unprepared = _dra_parts(s, client, api, names, inventory)
+    dra_host, handover, unprepared = migration.dra_parts(s, client, api, names, inventory)
     reclaimer = _reclaimer(
         s,
         client,
@@ -544,6 +474,8 @@ async def serve(
     if dra_host is not None:
         await dra_host.stop()
     await runner.cleanup()
+    if dra_host is not None and dra_host.plugin.preparer.partitions is not None:
+        await dra_host.plugin.preparer.partitions.close()
     await client.close()
     await reclaimer.kubelet.close()
     if api is not None:
