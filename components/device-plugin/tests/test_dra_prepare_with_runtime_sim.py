@@ -13,6 +13,8 @@ after the partition was made, leaves nothing behind."""
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ import pytest
 
 from lj_runtimekit_device_plugin.dra_cdi import validate_spec
 from lj_runtimekit_device_plugin.dra_checkpoint import CheckpointStore
+from lj_runtimekit_device_plugin.dra_plugin import DraHost
 from lj_runtimekit_device_plugin.dra_prepare import ClaimRef, Preparer
 from lj_runtimekit_device_plugin.dra_slices import DYNAMIC, device_names, offers
 from lj_runtimekit_device_plugin.kube import NotFound
@@ -28,6 +31,10 @@ from lj_runtimekit_device_plugin.model import Device
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient
 from lj_runtimekit_device_plugin.runtime_partitions import PartitionClient
+from lj_runtimekit_interface import sockets
+from lj_runtimekit_interface.dra.v1beta1 import api_pb2 as beta_pb2
+from lj_runtimekit_interface.dra.v1beta1 import api_pb2_grpc as beta_grpc
+from lj_runtimekit_interface.pluginregistration.v1 import api_pb2 as reg_pb2
 from lj_runtimekit_testkit.simulator.services import ALL_METHODS
 
 DRIVER, NODE, KIND = "lj-runtimekit.aliyun.com", "node-a", "aliyun.com/gpu"
@@ -492,3 +499,43 @@ async def test_an_allocation_failing_after_the_partition_was_made_removes_it(mig
     assert mig.partitions_of("gpu-3") == []
     assert mig.sim.allocations() == []
     assert mig.preparer.checkpoint.claims == {}
+
+
+async def test_a_kubelet_speaking_v1beta1_prepares_and_unprepares_the_same(
+    runtime_sim: Any, rig: Any
+) -> None:
+    """The service under both names the registration offers, over the socket the kubelet dials."""
+    api, make, names, _ = rig
+    short = Path(tempfile.mkdtemp(prefix="ljdp-"))
+    host = DraHost(
+        make(),
+        driver=DRIVER,
+        plugin_dir=str(short / "plugins"),
+        registry_dir=str(short / "registry"),
+    )
+    await host.start()
+    try:
+        info = await host.registration.GetInfo(reg_pb2.InfoRequest(), None)  # type: ignore[arg-type]
+        assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        ref = api.add(claim("beta", "uid-beta", [names["gpu-3"]]))
+        wire = beta_pb2.Claim(namespace=ref.namespace, name=ref.name, uid=ref.uid)
+        async with grpc.aio.insecure_channel(sockets.unix_target(str(host.dra_socket))) as ch:
+            stub = beta_grpc.DRAPluginStub(ch)
+            got = await stub.NodePrepareResources(
+                beta_pb2.NodePrepareResourcesRequest(claims=[wire])
+            )
+            entry = got.claims[ref.uid]
+            assert not entry.error, entry.error
+            (device,) = entry.devices
+            assert (device.pool_name, device.device_name) == (NODE, names["gpu-3"])
+            assert device.cdi_device_ids[0].startswith(f"{KIND}=")
+            (alloc,) = runtime_sim.allocations()
+            assert list(alloc.device_ids) == ["gpu-3"]
+            done = await stub.NodeUnprepareResources(
+                beta_pb2.NodeUnprepareResourcesRequest(claims=[wire])
+            )
+            assert not done.claims[ref.uid].error
+        assert runtime_sim.allocations() == []
+    finally:
+        await host.stop()
+        shutil.rmtree(short, ignore_errors=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from google.protobuf.descriptor import Descriptor
 
 from lj_runtimekit_interface.dra.v1 import api_pb2 as dra
+from lj_runtimekit_interface.dra.v1beta1 import api_pb2 as beta
 from lj_runtimekit_interface.pluginregistration.v1 import api_pb2 as reg
 
 
@@ -49,3 +50,14 @@ def test_registration_paths_and_fields() -> None:
         "supported_versions": 4,
     }
     assert _fields(reg.RegistrationStatus.DESCRIPTOR) == {"plugin_registered": 1, "error": 2}
+
+
+def test_dra_v1beta1_is_v1_without_the_share_id() -> None:
+    service = beta.DESCRIPTOR.services_by_name["DRAPlugin"]
+    assert service.full_name == "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin"
+    assert [m.name for m in service.methods] == ["NodePrepareResources", "NodeUnprepareResources"]
+    v1_device = {n: f for n, f in _fields(dra.Device.DESCRIPTOR).items() if n != "share_id"}
+    assert _fields(beta.Device.DESCRIPTOR) == v1_device
+    for name in ("Claim", "NodePrepareResourceResponse", "NodeUnprepareResourceResponse"):
+        v1 = dra.DESCRIPTOR.message_types_by_name[name]
+        assert _fields(beta.DESCRIPTOR.message_types_by_name[name]) == _fields(v1)

@@ -27,6 +27,8 @@ import structlog
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.dra.v1 import api_pb2 as dra_pb2
 from lj_runtimekit_interface.dra.v1 import api_pb2_grpc as dra_grpc
+from lj_runtimekit_interface.dra.v1beta1 import api_pb2 as beta_pb2
+from lj_runtimekit_interface.dra.v1beta1 import api_pb2_grpc as beta_grpc
 from lj_runtimekit_interface.pluginregistration.v1 import api_pb2 as reg_pb2
 from lj_runtimekit_interface.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
@@ -37,8 +39,9 @@ log = structlog.get_logger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
 #: The DRA gRPC services served, as the kubelet names them in registration (its
-#: ``DRAPluginService`` constant of k8s.io/kubelet/pkg/apis/dra/v1).
-SUPPORTED_VERSIONS = ("v1.DRAPlugin",)
+#: ``DRAPluginService`` constants of k8s.io/kubelet/pkg/apis/dra/v1 and v1beta1), newest first:
+#: a kubelet takes the newest it knows, so 1.34+ speaks v1 and an older one v1beta1.
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
 
 def _refs(claims: object) -> list[ClaimRef]:
@@ -127,6 +130,36 @@ class DRAPlugin(dra_grpc.DRAPluginServicer):
         return resp
 
 
+class DRAPluginV1Beta1(beta_grpc.DRAPluginServicer):
+    """The same service in the kubelet's v1beta1 messages, for a kubelet that speaks no v1. The
+    two are the same on the wire but for v1's ``Device.share_id`` (a share's id, which a v1beta1
+    kubelet has no field for: it is dropped), so each call converts through bytes."""
+
+    def __init__(self, v1: DRAPlugin) -> None:
+        self.v1 = v1
+
+    async def NodePrepareResources(
+        self,
+        request: beta_pb2.NodePrepareResourcesRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> beta_pb2.NodePrepareResourcesResponse:
+        v1_request = dra_pb2.NodePrepareResourcesRequest.FromString(request.SerializeToString())
+        answer = await self.v1.NodePrepareResources(v1_request, context)
+        for entry in answer.claims.values():
+            for device in entry.devices:
+                device.ClearField("share_id")
+        return beta_pb2.NodePrepareResourcesResponse.FromString(answer.SerializeToString())
+
+    async def NodeUnprepareResources(
+        self,
+        request: beta_pb2.NodeUnprepareResourcesRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> beta_pb2.NodeUnprepareResourcesResponse:
+        v1_request = dra_pb2.NodeUnprepareResourcesRequest.FromString(request.SerializeToString())
+        answer = await self.v1.NodeUnprepareResources(v1_request, context)
+        return beta_pb2.NodeUnprepareResourcesResponse.FromString(answer.SerializeToString())
+
+
 class Registration(reg_grpc.RegistrationServicer):
     def __init__(self, driver: str, endpoint: str) -> None:
         self.driver = driver
@@ -205,6 +238,7 @@ class DraHost:
     async def start(self) -> None:
         dra = grpc.aio.server()
         dra_grpc.add_DRAPluginServicer_to_server(self.plugin, dra)
+        beta_grpc.add_DRAPluginServicer_to_server(DRAPluginV1Beta1(self.plugin), dra)
         dra.add_insecure_port(_fresh_socket(self.dra_socket))
         await dra.start()
         self._servers.append(dra)
