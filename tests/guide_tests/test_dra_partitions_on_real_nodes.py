@@ -69,17 +69,13 @@ def node(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) ->
     rc = real_cluster
     node = rc.add_node("mig", "mig-tdm")
     op = rc.operator
-    # the operator's deploy directory with one line added to the device plugin's ConfigMap
+    # the operator's deploy directory with the device plugin's ConfigMap saying dynamic
     deploy = tmp_path_factory.mktemp("deploy") / "deploy"
     shutil.copytree(DEPLOY, deploy)
     config = deploy / CONFIG
     text = config.read_text()
-    assert "    log_format: json\n" in text
-    config.write_text(
-        text.replace(
-            "    log_format: json\n", "    log_format: json\n    dra_partitions: dynamic\n"
-        )
-    )
+    assert "    dra_partitions: static\n" in text
+    config.write_text(text.replace("    dra_partitions: static\n", "    dra_partitions: dynamic\n"))
     op.deploy_dir = Path(deploy)
     op.label(node.name, True)
     op.kubectl("label", "node", node.name, f"{MODE_LABEL}=dra", "--overwrite")
