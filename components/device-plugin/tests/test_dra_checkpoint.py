@@ -43,6 +43,7 @@ records = st.builds(
     devices=st.lists(names, max_size=3).map(tuple),
     allocation_ids=st.lists(names, max_size=3).map(tuple),
     cdi_device_ids=st.lists(names, max_size=3).map(tuple),
+    partition_ids=st.lists(names, max_size=2).map(tuple),
 )
 checkpoints = st.builds(
     Checkpoint, boot_id=names, claims=st.dictionaries(names, records, max_size=4)
@@ -85,6 +86,20 @@ def test_an_edited_file_is_corrupt() -> None:
         {"version": 1, "bootID": BOOT, "claims": {"u": {"namespace": "n"}}},
         {"version": 1, "bootID": BOOT, "claims": {"u": "x"}},
         {"version": 1, "claims": {}},
+        {
+            "version": 1,
+            "bootID": BOOT,
+            "claims": {
+                "u": {
+                    "namespace": "n",
+                    "name": "c",
+                    "devices": [],
+                    "allocationIDs": [],
+                    "cdiDeviceIDs": [],
+                    "partitionIDs": "gpu-0-mig-1g.10gb-0",
+                }
+            },
+        },
     ],
 )
 def test_a_well_summed_but_foreign_body_is_corrupt(body: dict[str, object]) -> None:
@@ -142,3 +157,14 @@ def test_a_failed_save_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Mo
 def test_read_boot_id(tmp_path: Path) -> None:
     (tmp_path / "boot_id").write_text(BOOT + "\n")
     assert read_boot_id(tmp_path / "boot_id") == BOOT
+
+
+def test_a_claim_without_partitions_is_written_as_before_they_existed() -> None:
+    """A checkpoint of a plugin older than partitions on demand reads the same, and one written
+    now for claims without partitions is the same bytes: an upgrade or downgrade loses nothing."""
+    doc = json.loads(encode(CP))
+    assert "partitionIDs" not in doc["data"]["claims"]["uid-1"]
+    made = Checkpoint(
+        BOOT, {"uid-1": ClaimRecord("ns", "c", partition_ids=("gpu-3-mig-3g.40gb-0",))}
+    )
+    assert decode(encode(made)) == made
