@@ -47,9 +47,11 @@ def test_up_prints_kubeconfig_and_down_leaves_no_process(tmp_path: Path) -> None
 _HOLDER = """
 import json, signal, sys, threading
 signal.signal(signal.SIGINT, signal.default_int_handler)
+from pathlib import Path
 from lj_runtimekit_testkit.cluster.launcher import ControlPlane
-cp = ControlPlane()
+cp = ControlPlane(work_dir=Path(sys.argv[1])) if len(sys.argv) > 1 else ControlPlane()
 cp.start()
+print("WORK", cp.work_dir, flush=True)
 print("PIDS", json.dumps(cp.pids()), flush=True)
 threading.Event().wait()
 """
@@ -67,22 +69,27 @@ def test_interrupted_holder_leaves_no_process(sig: signal.Signals) -> None:
         try:
             assert holder.stdout is not None
             line = holder.stdout.readline()
+            work = ""
             while line and not line.startswith("PIDS "):  # structlog writes to stdout too
+                work = line.removeprefix("WORK ").strip() if line.startswith("WORK ") else work
                 line = holder.stdout.readline()
             pids = json.loads(line.removeprefix("PIDS "))
             assert len(pids) == 5
             assert all(group_alive(p) for p in pids)
+            assert Path(work).is_dir()
             holder.send_signal(sig)
             holder.wait(timeout=60)
             assert [p for p in pids if group_alive(p)] == []
+            # the temp dir it made for itself goes too
+            assert not Path(work).exists()
         finally:
             holder.kill()
 
 
-def test_killed_holder_leaves_no_process() -> None:
+def test_killed_holder_leaves_no_process(tmp_path: Path) -> None:
     binaries_dir()
     with subprocess.Popen(
-        [sys.executable, "-c", _HOLDER],
+        [sys.executable, "-c", _HOLDER, str(tmp_path / "work")],  # SIGKILL: nothing cleans up
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

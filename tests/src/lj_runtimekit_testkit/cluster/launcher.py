@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import shutil
 import signal
 import socket
 import ssl
@@ -83,11 +84,21 @@ def _healthy(url: str, insecure: ssl.SSLContext) -> bool:
     return _https_ok(url, insecure) if url.startswith("https:") else _http_ok(url)
 
 
+_MADE_WORK_DIRS: set[Path] = set()
+"""The work dirs :class:`ControlPlane` made itself: its stop removes them (a caller's stays)."""
+
+
+def _fresh_work_dir() -> Path:
+    made = Path(tempfile.mkdtemp(prefix="lj-cluster-"))
+    _MADE_WORK_DIRS.add(made)
+    return made
+
+
 @dataclass
 class ControlPlane:
-    """A local control plane in ``work_dir`` (a fresh temp dir when not given)."""
+    """A local control plane in ``work_dir`` (a fresh temp dir when not given, removed at stop)."""
 
-    work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lj-cluster-")))
+    work_dir: Path = field(default_factory=_fresh_work_dir)
     start_deadline_s: float = 90.0
     processes: list[BinaryProcess] = field(default_factory=list)
     apiserver_port: int = 0
@@ -320,4 +331,7 @@ class ControlPlane:
             proc.stop()
         if self.bridge is not None:
             self.bridge.release()
+        if self.work_dir in _MADE_WORK_DIRS:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            _MADE_WORK_DIRS.discard(self.work_dir)
         log.info("control_plane_stopped", work_dir=str(self.work_dir))
