@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "deploy" / "crds" / "nodedevices.lj-runtimekit.aliyun.com.yaml"
 OURS, THEIRS = "lj-runtimekit-scheduler", "default-scheduler"
 POOL = "bench"
-CLASSIC_POOL, DRA_POOL = "classic", "dra"
+CLASSIC_POOL, DRA_POOL, MIG_POOL = "classic", "dra", "mig"
 GROUP = "lj-runtimekit-scheduler/pod-group"
 GROUP_SIZE = "lj-runtimekit-scheduler/pod-group-size"
 TEMPLATE = "one-gpu"
@@ -227,17 +227,23 @@ def run(args: argparse.Namespace, qps: float, burst: int) -> list[Figure]:
 
 def setup_dra_pools(cluster: Cluster, nodes: int) -> None:
     """The classic pool (``aliyun.com/gpu: 8``, NodeDevices), the DRA pool (no GPU resource, one
-    ResourceSlice of 8 GPUs per node) and the suite's DeviceClasses."""
+    ResourceSlice of 8 GPUs per node), the MIG pool (8 GPUs with partitions on demand per node)
+    and the suite's DeviceClasses."""
     install_crd(cluster)
     make_nodes(cluster, nodes, CLASSIC_POOL)
     names = cluster.create_gpu_nodes(
         nodes, prefix=f"bench-{DRA_POOL}", gpus=0, labels={"bench-pool": DRA_POOL}, deadline_s=900
+    )
+    migs = cluster.create_gpu_nodes(
+        nodes, prefix=f"bench-{MIG_POOL}", gpus=0, labels={"bench-pool": MIG_POOL}, deadline_s=900
     )
     with cluster.api_client(pool_size=16) as api:
         for dc in dra.device_classes():
             dra.create(api, dc)
         with ThreadPoolExecutor(16) as ex:
             list(ex.map(lambda node: dra.create(api, dra.gpu_slice(node)), names))
+            slices = [s for node in migs for s in dra.mig_slices(node)]
+            list(ex.map(lambda body: dra.create(api, body), slices))
     time.sleep(2)  # kube-scheduler's informers see the classes and slices
 
 
@@ -252,6 +258,12 @@ def from_template(api: client.ApiClient, ns: str, i: int) -> float:
 def with_claim(api: client.ApiClient, ns: str, i: int) -> float:
     dra.create(api, dra.resource_claim(f"c-{i}", dra.claim_spec()), ns)
     return create_pod(api, ns, dra_pod(f"p-{i}", {"resourceClaimName": f"c-{i}"}))
+
+
+def with_mig_claim(api: client.ApiClient, ns: str, i: int) -> float:
+    dra.create(api, dra.resource_claim(f"c-{i}", dra.mig_claim_spec()), ns)
+    pod = pod_body(f"p-{i}", THEIRS, MIG_POOL, ({}, {}))
+    return create_pod(api, ns, dra.use_claim(pod, {"resourceClaimName": f"c-{i}"}))
 
 
 def create_template(api: client.ApiClient, ns: str) -> None:
@@ -269,6 +281,8 @@ def dra_variants(one_gpu: list[Shape]) -> dict[str, tuple[Creator, Step | None]]
         "DRA template/kube-scheduler": (from_template, create_template),
         "DRA claim/kube-scheduler": (with_claim, None),
         "DRA extended/kube-scheduler": (classic(THEIRS, DRA_POOL, one_gpu), None),
+        # a 1g.10gb MIG instance per pod, from partitionable devices (15 per GPU on counters)
+        "DRA MIG claim/kube-scheduler": (with_mig_claim, None),
     }
 
 
@@ -284,14 +298,16 @@ def compared(where: str, label: str, r: dict[str, float], a: dict[str, float]) -
 
 
 def run_dra(args: argparse.Namespace) -> list[Figure]:
-    """The DRA case (issue 24) on its own control plane, two pools of ``--dra-nodes`` each.
+    """The DRA case (issue 24) on its own control plane, three pools of ``--dra-nodes`` each.
 
     Every phase creates ``--dra-pods`` pods wanting one GPU. The anchor: ``aliyun.com/gpu: 1`` on
     the classic pool under kube-scheduler. Compared with it: the same pods under ours; then, on
     the DRA pool and under kube-scheduler (ours refuses pods with claims, docs/dra.md), a
     ResourceClaimTemplate of one ``gpu.lj-runtimekit.aliyun.com`` (kube-controller-manager makes
     each claim), a ResourceClaim the benchmark makes just before each pod (the scheduler's DRA
-    path alone), and ``aliyun.com/gpu: 1`` served through the class's extendedResourceName.
+    path alone), ``aliyun.com/gpu: 1`` served through the class's extendedResourceName, and a
+    ResourceClaim for one 1g.10gb MIG instance on a third pool publishing partitions on demand
+    (``dra_partitions: dynamic``: 15 devices per GPU on one counter set each).
     KWOK runs no kubelet: what is timed is create → bound.
     """
     qps_text, burst_text = args.dra_client.split("/")
@@ -303,7 +319,7 @@ def run_dra(args: argparse.Namespace) -> list[Figure]:
     ok = False
     n = args.dra_pods
     one_gpu: list[Shape] = [({"aliyun.com/gpu": "1"}, {})] * n
-    where = f"{n} pods, 2x{args.dra_nodes} nodes, {qps:g}/{burst}"
+    where = f"{n} pods, 3x{args.dra_nodes} nodes, {qps:g}/{burst}"
     try:
         cluster = Cluster.from_control_plane(cp)
         setup_dra_pools(cluster, args.dra_nodes)

@@ -1,5 +1,5 @@
 """The scheduler benchmark's DRA case (issue 24) runs end to end at a tiny size: its own control
-plane, both pools, every phase binds every pod, and the figures are written against the anchor.
+plane, all three pools, every phase binds every pod, and the figures are written against the anchor.
 Timings are recorded, never asserted."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ COMPARED = (
     "DRA template/kube-scheduler",
     "DRA claim/kube-scheduler",
     "DRA extended/kube-scheduler",
+    "DRA MIG claim/kube-scheduler",
 )
 
 

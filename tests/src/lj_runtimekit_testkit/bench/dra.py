@@ -1,6 +1,8 @@
 """DRA objects for the scheduler benchmarks on KWOK nodes: the suite's DeviceClasses as
 deployed, a node's ResourceSlice in the shape the device plugin's DRA mode publishes, claims and
-claim templates for whole GPUs, and pods that use them.
+claim templates for whole GPUs, and pods that use them; and a node's slices with
+``dra_partitions: dynamic`` (every GPU whole and as every MIG instance that could be made on it,
+on one counter set per GPU).
 
 The benchmarks may not import the device plugin (components stay independent), so the slice is
 written here from the same rules: one pool per node named after it, one device per whole GPU named
@@ -20,6 +22,9 @@ GROUP, VERSION = "resource.k8s.io", "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
 DRIVER = "lj-runtimekit.aliyun.com"
 GPU_CLASS = "gpu.lj-runtimekit.aliyun.com"
+MIG_CLASS = "mig.lj-runtimekit.aliyun.com"
+#: MIG profiles of an 80 GB GPU: (compute slices, GiB, how many fit).
+MIG_PROFILES = ((1, 10, 7), (2, 20, 3), (3, 40, 2), (4, 40, 1), (7, 80, 1))
 PLURALS = {
     "DeviceClass": "deviceclasses",
     "ResourceSlice": "resourceslices",
@@ -73,6 +78,90 @@ def gpu_slice(node: str, gpus: int = 8) -> dict[str, Any]:
             "devices": devices,
         },
     }
+
+
+def _slice(node: str, index: int, count: int, body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}-{index}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": count},
+            **body,
+        },
+    }
+
+
+def mig_slices(node: str, gpus: int = 8) -> list[dict[str, Any]]:
+    """``node``'s slices with partitions on demand: per GPU the whole device and 14 MIG
+    instances drawing on its counter set (7 compute slices, 80 GiB), 4 GPUs a slice (the API's
+    64 devices when they consume counters), and the counter sets in a slice of their own."""
+    per_gpu: list[list[dict[str, Any]]] = []
+    for i in range(gpus):
+        counters = f"gpu-{i}-counters"
+        whole = {
+            "name": f"gpu-{i}",
+            "attributes": {"type": {"string": "gpu"}, "runtimeDeviceID": {"string": f"gpu-{i}"}},
+            "capacity": {"memory": {"value": "80Gi"}},
+            "consumesCounters": [
+                {
+                    "counterSet": counters,
+                    "counters": {"compute-slices": {"value": "7"}, "memory": {"value": "80Gi"}},
+                }
+            ],
+        }
+        devices = [whole]
+        for g, gb, fit in MIG_PROFILES:
+            devices += [
+                {
+                    "name": f"gpu-{i}-mig-{g}g-{gb}gb-{k}",
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "profile": {"string": f"{g}g.{gb}gb"},
+                        "runtimeDeviceID": {"string": f"gpu-{i}"},
+                    },
+                    "capacity": {"memory": {"value": f"{gb}Gi"}},
+                    "consumesCounters": [
+                        {
+                            "counterSet": counters,
+                            "counters": {
+                                "compute-slices": {"value": str(g)},
+                                "memory": {"value": f"{gb}Gi"},
+                            },
+                        }
+                    ],
+                }
+                for k in range(fit)
+            ]
+        per_gpu.append(devices)
+    chunks = [[d for gpu in per_gpu[i : i + 4] for d in gpu] for i in range(0, gpus, 4)]
+    sets = [
+        {
+            "name": f"gpu-{i}-counters",
+            "counters": {"compute-slices": {"value": "7"}, "memory": {"value": "80Gi"}},
+        }
+        for i in range(gpus)
+    ]
+    set_chunks = [sets[i : i + 8] for i in range(0, gpus, 8)]
+    count = len(chunks) + len(set_chunks)
+    out = [_slice(node, n, count, {"devices": c}) for n, c in enumerate(chunks)]
+    first = len(chunks)
+    out += [_slice(node, first + n, count, {"sharedCounters": c}) for n, c in enumerate(set_chunks)]
+    return out
+
+
+def mig_claim_spec(profile: str = "1g.10gb") -> dict[str, Any]:
+    """A claim's spec: one MIG instance of ``profile``."""
+    expression = f'device.attributes["{DRIVER}"].profile == "{profile}"'
+    exactly = {
+        "deviceClassName": MIG_CLASS,
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "selectors": [{"cel": {"expression": expression}}],
+    }
+    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
 
 
 def claim_spec(device_class: str = GPU_CLASS, count: int = 1) -> dict[str, Any]:
