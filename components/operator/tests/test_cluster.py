@@ -23,7 +23,8 @@ REGISTRY = "registry.test/lj"
 #: The device plugin's DRA mode (docs/dra.md): rendered, applied and removed with it.
 DRA_PLUGIN = "lj-runtimekit-dra-plugin"
 DEVICE_CLASSES = [
-    ("DeviceClass", "", f"{kind}.lj-runtimekit.aliyun.com") for kind in ("gpu", "gpu-share", "ppu")
+    ("DeviceClass", "", f"{kind}.lj-runtimekit.aliyun.com")
+    for kind in ("gpu", "gpu-share", "ppu", "mig", "tdm")
 ]
 ORDER = [
     ("controller", "Deployment", "lj-runtimekit-controller"),
