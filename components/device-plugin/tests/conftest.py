@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from lj_runtimekit_device_plugin.model import GIB, Device, Link, Partition
@@ -67,3 +72,14 @@ def sixteen_gpus() -> list[Device]:
 @pytest.fixture
 def mig_tdm() -> list[Device]:
     return mig_tdm_node()
+
+
+@pytest.fixture
+def kubelet_dir() -> Iterator[Path]:
+    """A short directory for the plugin's and a kubelet's unix sockets (pytest's tmp_path can be
+    longer than a socket path may be), removed afterwards."""
+    made = Path(tempfile.mkdtemp(prefix="ljkub-"))
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +48,9 @@ async def _until(cond: Any, within_s: float = 5.0) -> None:
 
 
 async def test_registers_reregisters_after_kubelet_restart_and_removes_sockets(
-    runtime_sim: Any,
+    runtime_sim: Any, kubelet_dir: Path
 ) -> None:
-    plugin_dir = Path(tempfile.mkdtemp(prefix="ljkub-"))
+    plugin_dir = kubelet_dir
     reg = Registrar()
     kubelet = await _kubelet(plugin_dir, reg)
     s = load(
@@ -91,8 +90,8 @@ async def test_registers_reregisters_after_kubelet_restart_and_removes_sockets(
     assert [p for p in os.listdir(plugin_dir) if p.startswith("lj-")] == []
 
 
-async def test_healthz_and_metrics_answer(runtime_sim: Any) -> None:
-    plugin_dir = Path(tempfile.mkdtemp(prefix="ljkub-"))
+async def test_healthz_and_metrics_answer(runtime_sim: Any, kubelet_dir: Path) -> None:
+    plugin_dir = kubelet_dir
     reg = Registrar()
     kubelet = await _kubelet(plugin_dir, reg)
     port = 19502

@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -106,10 +105,12 @@ async def test_a_port_in_use_exits_1_saying_which(runtime: HostileRuntime) -> No
     assert "flag --port is deprecated: use --metrics-bind-address" in out, out
 
 
-async def test_a_fatal_task_failure_exits_1_not_0(runtime: HostileRuntime) -> None:
+async def test_a_fatal_task_failure_exits_1_not_0(
+    runtime: HostileRuntime, kubelet_dir: Path
+) -> None:
     # the kubelet's directory is missing (hostPath not mounted): the plugins task cannot bind
     # its sockets and ends; the daemon must stop with a failure, not "Completed"
-    missing = Path(tempfile.mkdtemp(prefix="ljkub-")) / "not-there"
+    missing = kubelet_dir / "not-there"
     code, out = await _run(
         "--socket-dir", str(runtime.socket_dir), "--plugin-dir", str(missing),
         "--port", "0", "--listen-address", "127.0.0.1", "--kubeconfig", "/nonexistent",
@@ -120,8 +121,8 @@ async def test_a_fatal_task_failure_exits_1_not_0(runtime: HostileRuntime) -> No
     assert "plugins" in out, out
 
 
-async def test_sigterm_is_a_clean_exit_0(runtime: HostileRuntime) -> None:
-    plugin_dir = Path(tempfile.mkdtemp(prefix="ljkub-"))
+async def test_sigterm_is_a_clean_exit_0(runtime: HostileRuntime, kubelet_dir: Path) -> None:
+    plugin_dir = kubelet_dir
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "lj_runtimekit_device_plugin",
         "--socket-dir", str(runtime.socket_dir), "--plugin-dir", str(plugin_dir),

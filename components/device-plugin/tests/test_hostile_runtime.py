@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -196,6 +197,7 @@ async def kubelet(reg: Registrar) -> AsyncIterator[Path]:
         yield plugin_dir
     finally:
         await server.stop(None)
+        shutil.rmtree(plugin_dir, ignore_errors=True)
 
 
 async def _until(cond: Any, within_s: float = 20.0) -> None:
