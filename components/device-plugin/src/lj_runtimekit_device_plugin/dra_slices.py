@@ -407,7 +407,10 @@ def _entry(o: Offer, facts: NodeFacts, island: int, switch: int) -> dict[str, An
 
 def dra_devices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[str, Any]]:
     """The DRA devices of the node, in the order of :func:`offers`."""
-    all_offers = offers(devices, facts.partitions)
+    return _entries(offers(devices, facts.partitions), facts)
+
+
+def _entries(all_offers: Sequence[Offer], facts: NodeFacts) -> list[dict[str, Any]]:
     topo = topology(list({o.device.id: o.device for o in all_offers}.values()))
     return [
         _entry(o, facts, topo.island[o.device.id], topo.switch[o.device.id]) for o in all_offers
@@ -416,12 +419,16 @@ def dra_devices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[str, A
 
 def counter_sets(devices: Sequence[Device], facts: NodeFacts) -> list[dict[str, Any]]:
     """The pool's counter sets: one per GPU that offers partitions on demand."""
+    return _sets(offers(devices, facts.partitions))
+
+
+def _sets(all_offers: Sequence[Offer]) -> list[dict[str, Any]]:
     return [
         {
             "name": o.counter_set,
             "counters": {n: {"value": v} for n, v in _counters(o.device).items()},
         }
-        for o in offers(devices, facts.partitions)
+        for o in all_offers
         if o.kind == "whole" and o.counter_set
     ]
 
@@ -437,7 +444,8 @@ def resource_slices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[st
     A publisher creates or updates these by name and deletes the node's other slices of this
     driver (a shrinking pool).
     """
-    entries = dra_devices(devices, facts)
+    all_offers = offers(devices, facts.partitions)  # once: devices and counter sets
+    entries = _entries(all_offers, facts)
     if not entries:
         return []
     per_slice = (
@@ -445,7 +453,7 @@ def resource_slices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[st
         if any("taints" in e or "consumesCounters" in e for e in entries)
         else MAX_DEVICES_PER_SLICE
     )
-    sets = counter_sets(devices, facts)
+    sets = _sets(all_offers)
     chunks: list[dict[str, Any]] = [
         {"devices": entries[i : i + per_slice]} for i in range(0, len(entries), per_slice)
     ]
