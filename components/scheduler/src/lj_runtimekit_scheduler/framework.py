@@ -167,6 +167,19 @@ class Binder(Protocol):
     async def bind(self, pod: Pod, node: str, annotations: dict[str, str]) -> None: ...
 
 
+@runtime_checkable
+class ClaimWriter(Protocol):
+    """The writes of a pod's claim on a node in DRA mode (plugins/dra_claims.py; ``kube.py``)."""
+
+    async def create_claim(self, claim: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def claim_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+
+    async def pod_status(self, pod: Pod, patch: dict[str, Any]) -> None: ...
+
+    async def delete_claim(self, namespace: str, name: str) -> None: ...
+
+
 def normalize_max(scores: dict[str, int]) -> dict[str, int]:
     """Scale to 0-100 by the best node (kube-scheduler's DefaultNormalizeScore)."""
     top = max(scores.values(), default=0)

@@ -1,4 +1,5 @@
-"""Informers: list, then watch, nodes, NodeDevices and pods into the state and the queue.
+"""Informers: list, then watch, nodes, NodeDevices and pods into the state and the queue, and
+ResourceSlices and ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`).
 
 Each kind is listed once, then watched from the list's resourceVersion; a closed stream is
 resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried with the
@@ -23,6 +24,10 @@ from .state import ClusterState
 
 log = structlog.get_logger("lj_runtimekit_scheduler.informer")
 
+KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims")
+OPTIONAL = ("resourceslices", "resourceclaims")
+"""Kinds a cluster may not serve: the scheduler starts without them."""
+
 
 class Informers:
     def __init__(
@@ -35,13 +40,15 @@ class Informers:
     ) -> None:
         self.kube, self.settings, self.state, self.queue = kube, settings, state, queue
         self.poke = poke
-        self.synced = {k: asyncio.Event() for k in ("nodes", "nodedevices", "pods")}
+        self.synced = {k: asyncio.Event() for k in KINDS}
         self.failing: dict[str, str] = {}
         """Kind → why its list/watch fails now; /healthz shows it (the rest keeps serving)."""
         self._handlers: dict[str, Callable[[str, Json], None]] = {
             "nodes": self._node,
             "nodedevices": self._devices,
             "pods": self._pod,
+            "resourceslices": self._slice,
+            "resourceclaims": self._claim,
         }
 
     async def wait_synced(self) -> None:
@@ -71,6 +78,10 @@ class Informers:
                 # PermanentError here is mostly a missing CRD or RBAC: say so, keep trying
                 log.warning("watch_failed", kind=kind, error=str(e)[:300], retry_in_s=delay)
                 self.failing[kind] = str(e)[:300]
+                if kind in OPTIONAL and isinstance(e, PermanentError):
+                    # a cluster without resource.k8s.io/v1 (or without our rights to it) has
+                    # no node in DRA mode: schedule without, keep trying
+                    self.synced[kind].set()
                 await asyncio.sleep(delay)
                 delay = min(30.0, delay * 2)
 
@@ -81,6 +92,14 @@ class Informers:
             seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.pods if u not in seen]:
                 self.state.remove_pod(uid)
+        elif kind == "resourceslices":
+            names = {m.get("name") for i in items if isinstance(m := i.get("metadata"), dict)}
+            for name in [n for n in self.state.dra.slices if n not in names]:
+                self.state.set_slice(name, None)
+        elif kind == "resourceclaims":
+            seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
+            for uid in [u for u in self.state.dra.claims if u not in seen]:
+                self.state.set_claim(None, uid)
         for obj in items:
             self._handle(kind, "ADDED", obj)
         self.synced[kind].set()
@@ -109,6 +128,18 @@ class Informers:
             self.state.set_devices(node, ())
         else:
             self.state.set_devices(node, devices, objects.confirms_allocations(obj))
+        self._changed()
+
+    def _slice(self, ev_type: str, obj: Json) -> None:
+        name = obj["metadata"]["name"]
+        self.state.set_slice(name, None if ev_type == "DELETED" else obj)
+        self._changed()
+
+    def _claim(self, ev_type: str, obj: Json) -> None:
+        if ev_type == "DELETED":
+            self.state.set_claim(None, str(obj["metadata"]["uid"]))
+        else:
+            self.state.set_claim(obj)
         self._changed()
 
     def _pod(self, ev_type: str, obj: Json) -> None:
@@ -142,4 +173,4 @@ class Informers:
 
 
 def tasks(inf: Informers) -> dict[str, Any]:
-    return {f"informer-{k}": inf.run(k) for k in ("nodes", "nodedevices", "pods")}
+    return {f"informer-{k}": inf.run(k) for k in KINDS}

@@ -29,7 +29,11 @@ PATHS = {
     "pods": "/api/v1/pods",
     "nodes": "/api/v1/nodes",
     "nodedevices": "/apis/lj-runtimekit.aliyun.com/v1/nodedevices",
+    "resourceslices": "/apis/resource.k8s.io/v1/resourceslices",
+    "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
 }
+_CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+_MERGE = "application/merge-patch+json"
 
 
 class Gone(TemporaryError):
@@ -189,6 +193,31 @@ class Kube:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         await self._call("POST", path, f"bind pod {pod.key} to {node}", body)
+
+    # -- a pod's claim on a node in DRA mode (plugins/dra_claims.py)
+    async def create_claim(self, claim: Json) -> Json:
+        ns = claim["metadata"]["namespace"]
+        return await self._call(
+            "POST", _CLAIMS.format(ns=ns), f"create a ResourceClaim in {ns}", claim
+        )
+
+    async def claim_status(self, namespace: str, name: str, patch: Json) -> None:
+        path = f"{_CLAIMS.format(ns=namespace)}/{name}/status"
+        what = f"allocate ResourceClaim {namespace}/{name}"
+        await self._call("PATCH", path, what, patch, content_type=_MERGE)
+
+    async def pod_status(self, pod: Pod, patch: Json) -> None:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        await self._call("PATCH", path, f"patch pod {pod.key}'s status", patch, content_type=_MERGE)
+
+    async def delete_claim(self, namespace: str, name: str) -> None:
+        """Delete a claim this cycle made; one already gone is fine, a failure only logged (the
+        pod owns it: the garbage collector removes it with the pod)."""
+        path = f"{_CLAIMS.format(ns=namespace)}/{name}"
+        try:
+            await self._call("DELETE", path, f"delete ResourceClaim {namespace}/{name}")
+        except (PermanentError, TemporaryError) as e:
+            log.warning("claim_delete_failed", claim=f"{namespace}/{name}", error=str(e)[:300])
 
     async def event(self, pod: Pod, kind: str, reason: str, message: str, count: int = 1) -> str:
         """Create an ``events.k8s.io/v1`` Event about ``pod``; returns its name."""

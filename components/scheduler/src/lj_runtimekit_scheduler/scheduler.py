@@ -226,7 +226,8 @@ class Scheduler:
         after: list[list[str]] = [[] for _ in items]
         if self.handshake and len(items) > 1:
             placed = [(pod, node) for pod, node, _ in items]
-            after = allocate_handshake.bind_after(placed, self.state.confirming)
+            confirming = {n for n in self.state.confirming if not self.state.dra.serves(n)}
+            after = allocate_handshake.bind_after(placed, confirming)
         for (pod, node, cs), wait_for in zip(items, after, strict=True):
             task = asyncio.create_task(
                 self._bind(pod, node, cs, t0, wait_for), name=f"bind-{pod.key}"

@@ -75,6 +75,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
     ("GpuFit", 2),
+    ("DraClaims", 0),
     ("AllocateHandshake", 0),
     ("GpuTopology", 1),
     ("DefaultBinder", 0),

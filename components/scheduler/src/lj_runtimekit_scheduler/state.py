@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import assignment
+from . import assignment, dra
 from .gang import GangId, gang_of
 from .gpu import Choice, apply
 from .model import DEFAULT_NAMES, Device, DeviceUse, HostPort, Node, Pod, ResourceNames, Resources
@@ -60,8 +60,12 @@ class NodeInfo:
 class ClusterState:
     """Nodes and the pods on them, with assumed pods counted until their binding is seen."""
 
-    def __init__(self, names: ResourceNames = DEFAULT_NAMES) -> None:
+    def __init__(
+        self, names: ResourceNames = DEFAULT_NAMES, driver: str = dra.DEFAULT_DRIVER
+    ) -> None:
         self.names = names
+        self.dra = dra.Ledger(driver)
+        """Our driver's ResourceSlices and allocated claims (nodes in DRA mode)."""
         self.nodes: dict[str, NodeInfo] = {}
         self.devices: dict[str, tuple[Device, ...]] = {}
         self.confirming: set[str] = set()
@@ -103,9 +107,38 @@ class ClusterState:
         self.generation += 1
 
     def is_pending(self, uid: str) -> bool:
-        """Whether ``uid`` holds devices the device plugin has not confirmed yet."""
+        """Whether ``uid`` holds devices the device plugin has not confirmed yet (never on a
+        node in DRA mode: the kubelet prepares its claim, nothing is confirmed)."""
         held = self.pods.get(uid)
-        return held is not None and held[1] in self.nodes and uid in self.nodes[held[1]].pending
+        if held is None or held[1] not in self.nodes or self.dra.serves(held[1]):
+            return False
+        return uid in self.nodes[held[1]].pending
+
+    # -- DRA
+    def set_slice(self, name: str, raw: dict[str, object] | None) -> None:
+        self._dra_changed(self.dra.set_slice(name, raw))
+
+    def set_claim(self, raw: dict[str, object] | None, uid: str = "") -> None:
+        self._dra_changed(self.dra.set_claim(raw, uid))
+
+    def _dra_changed(self, nodes: set[str]) -> None:
+        for n in nodes:
+            if n in self.nodes:
+                self.nodes[n].version += 1
+        if nodes:
+            self.generation += 1
+
+    def device_use(self, info: NodeInfo) -> dict[str, DeviceUse]:
+        """What is held of each device of ``info``'s node: our pods' decisions, and on a node in
+        DRA mode also the claims others allocated there."""
+        if not self.dra.serves(info.node.name):
+            return info.device_use
+
+        def counted(uid: str) -> bool:
+            held = self.pods.get(uid)
+            return held is not None and held[2] is not None
+
+        return dra.merge(info.device_use, self.dra.use(info.node.name, counted))
 
     # -- pods
     def _hold(self, info: NodeInfo, pod: Pod, choice: Choice | None, sign: int) -> None:

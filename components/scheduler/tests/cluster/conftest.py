@@ -74,11 +74,19 @@ class GpuCluster:
 
         eventually("NodeDevices CRD established", established, 30)
 
-    def gpu_nodes(self, n: int, gpus: int = 8, islands: int = 2, **kw: Any) -> list[str]:
-        """KWOK nodes labelled for us, each with a NodeDevices inventory of ``gpus`` GPUs."""
+    def gpu_nodes(
+        self, n: int, gpus: int = 8, islands: int = 2, *, advertised: bool = True, **kw: Any
+    ) -> list[str]:
+        """KWOK nodes labelled for us, each with a NodeDevices inventory of ``gpus`` GPUs;
+        ``advertised``: the node has them as extended resources (a node in DRA mode has not)."""
         labels = {"sched-test": self.tag, **kw.pop("labels", {})}
         names: list[str] = self.cluster.create_gpu_nodes(
-            n, prefix=f"s{self.tag}", gpus=gpus, labels=labels, enable=True, **kw
+            n,
+            prefix=f"s{self.tag}",
+            gpus=gpus if advertised else 0,
+            labels=labels,
+            enable=True,
+            **kw,
         )
         per = max(1, gpus // islands)
         for name in names:

@@ -43,8 +43,27 @@ def device_classes(path: Path = DEVICE_CLASSES) -> list[dict[str, Any]]:
     return classes
 
 
-def gpu_slice(node: str, gpus: int = 8) -> dict[str, Any]:
-    """``node``'s ResourceSlice: ``gpus`` whole H800s (80 GiB) in NVLink islands of four."""
+def share_capacity(memory: str = "80Gi") -> dict[str, Any]:
+    """The consumable capacity the driver gives a shareable GPU (``cores`` percent, ``memory``;
+    a request naming neither takes all of both)."""
+    return {
+        "cores": {
+            "value": "100",
+            "requestPolicy": {
+                "default": "100",
+                "validRange": {"min": "1", "max": "100", "step": "1"},
+            },
+        },
+        "memory": {
+            "value": memory,
+            "requestPolicy": {"default": memory, "validRange": {"min": "1Mi"}},
+        },
+    }
+
+
+def gpu_slice(node: str, gpus: int = 8, *, shareable: bool = False) -> dict[str, Any]:
+    """``node``'s ResourceSlice: ``gpus`` whole H800s (80 GiB) in NVLink islands of four;
+    ``shareable``: each also takes shares (consumable capacity), as the driver publishes them."""
     devices = [
         {
             "name": f"gpu-{i}",
@@ -63,7 +82,8 @@ def gpu_slice(node: str, gpus: int = 8) -> dict[str, Any]:
                 "driverVersion": {"version": "550.54.15"},
                 "runtimeVersion": {"version": "1.14.0"},
             },
-            "capacity": {"memory": {"value": "80Gi"}},
+            "capacity": share_capacity() if shareable else {"memory": {"value": "80Gi"}},
+            **({"allowMultipleAllocations": True} if shareable else {}),
         }
         for i in range(gpus)
     ]

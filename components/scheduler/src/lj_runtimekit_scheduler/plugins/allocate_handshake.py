@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ..framework import OK, SKIP, CycleState, Slot, Status, fail
 from ..gang import GangId, gang_of
 from ..model import Pod, ResourceNames
-from ..state import NodeInfo, Pending
+from ..state import ClusterState, NodeInfo, Pending
 
 NAME = "AllocateHandshake"
 
@@ -74,8 +74,10 @@ def bind_after(items: Sequence[tuple[Pod, str]], confirming: set[str]) -> list[l
 class AllocateHandshake:
     NAME = NAME
 
-    def __init__(self, names: ResourceNames) -> None:
+    def __init__(self, names: ResourceNames, state: ClusterState | None = None) -> None:
         self.names = names
+        self.state = state
+        """Nodes in DRA mode confirm nothing: the kubelet prepares a claim there."""
 
     def pre_filter(self, cs: CycleState, pod: Pod) -> Status:
         units = units_of(pod)
@@ -86,6 +88,8 @@ class AllocateHandshake:
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
         if not info.confirms or not info.pending:
+            return OK
+        if self.state is not None and self.state.dra.serves(info.node.name):
             return OK
         units, gang = cs.read(_ASKED) or (units_of(pod), gang_of(pod))
         found = blocker(pod.uid, units, gang, info.pending)
@@ -98,5 +102,5 @@ class AllocateHandshake:
         )
 
 
-def new(args: Args) -> AllocateHandshake:
-    return AllocateHandshake(args.names)
+def new(args: Args, state: ClusterState | None = None) -> AllocateHandshake:
+    return AllocateHandshake(args.names, state)

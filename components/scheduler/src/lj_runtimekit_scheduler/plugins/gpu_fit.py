@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from .. import gpu
 from ..framework import CHOSEN_DEVICES, OK, SKIP, Binder, CycleState, Slot, Status, fail
 from ..model import ASSIGNMENT_ANNOTATION, Pod
-from ..state import NodeInfo
+from ..state import ClusterState, NodeInfo
 
 NAME = "GpuFit"
 _SCORES: Slot[dict[str, int]] = Slot("GpuFit/score")
@@ -52,9 +52,13 @@ def assignment(pod: Pod, node: str, choice: gpu.Choice, now: datetime) -> str:
 class GpuFit:
     NAME = NAME
 
-    def __init__(self, strategy: str, feature_label: str) -> None:
+    def __init__(
+        self, strategy: str, feature_label: str, state: ClusterState | None = None
+    ) -> None:
         self.strategy = strategy
         self.feature_label = feature_label
+        self.state = state
+        """Where a node in DRA mode adds the claims others allocated there (None: never)."""
         # (node, node version, requests) → (choice, why not, score): same-shaped pods in a row
         # recompute only the nodes that changed
         self._cache: dict[tuple[str, int, object], tuple[gpu.Choice | None, str, int]] = {}
@@ -75,8 +79,9 @@ class GpuFit:
             if len(self._cache) > 200_000:
                 self._cache.clear()
             try:
-                choice = gpu.choose(info.devices, info.device_use, pod.devices, self.strategy)
-                after = gpu.apply(info.device_use, choice)
+                uses = info.device_use if self.state is None else self.state.device_use(info)
+                choice = gpu.choose(info.devices, uses, pod.devices, self.strategy)
+                after = gpu.apply(uses, choice)
                 hit = (choice, "", gpu.score(info.devices, after, self.strategy))
             except gpu.NoFit as e:
                 hit = (None, str(e), 0)
@@ -101,5 +106,5 @@ class GpuFit:
         return OK
 
 
-def new(args: Args) -> GpuFit:
-    return GpuFit(args.strategy, args.feature_label)
+def new(args: Args, state: ClusterState | None = None) -> GpuFit:
+    return GpuFit(args.strategy, args.feature_label, state)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..framework import OK, CycleState, Status, fail
 from ..model import Pod, Resources
-from ..state import NodeInfo
+from ..state import ClusterState, NodeInfo
 
 NAME = "NodeResourcesFit"
 
@@ -45,11 +45,19 @@ def allocation_score(
 class NodeResourcesFit:
     NAME = NAME
 
-    def __init__(self, most_allocated: bool) -> None:
+    def __init__(self, most_allocated: bool, state: ClusterState | None = None) -> None:
         self.most = most_allocated
+        self.state = state
+        """On a node in DRA mode our device resources are claims (GpuFit, DraClaims), not
+        extended resources the node advertises: they are left out here, as kube-scheduler
+        leaves out the extended resources a DRA mapping serves."""
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
-        short = insufficient(pod.requests, info.node.allocatable, info.requested)
+        want = pod.requests
+        if self.state is not None and pod.devices and self.state.dra.serves(info.node.name):
+            ours = set(self.state.names.all)
+            want = {k: v for k, v in want.items() if k not in ours}
+        short = insufficient(want, info.node.allocatable, info.requested)
         if short:
             return fail(", ".join(f"Insufficient {n}" for n in short))
         return OK
@@ -58,5 +66,5 @@ class NodeResourcesFit:
         return allocation_score(pod.requests, info.node.allocatable, info.requested, self.most)
 
 
-def new(args: Args) -> NodeResourcesFit:
-    return NodeResourcesFit(most_allocated=args.most_allocated)
+def new(args: Args, state: ClusterState | None = None) -> NodeResourcesFit:
+    return NodeResourcesFit(most_allocated=args.most_allocated, state=state)

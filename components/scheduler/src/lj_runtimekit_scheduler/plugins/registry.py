@@ -15,6 +15,7 @@ from ..state import ClusterState
 from . import (
     allocate_handshake,
     default_binder,
+    dra_claims,
     gpu_fit,
     gpu_topology,
     node_affinity,
@@ -49,9 +50,14 @@ REGISTRY: Mapping[str, Factory] = {
     node_affinity.NAME: lambda args, state: node_affinity.new(),
     taint_toleration.NAME: lambda args, state: taint_toleration.new(),
     node_ports.NAME: lambda args, state: node_ports.new(),
-    node_resources_fit.NAME: lambda args, state: node_resources_fit.new(args.node_resources_fit),
-    gpu_fit.NAME: lambda args, state: gpu_fit.new(args.gpu_fit),
-    allocate_handshake.NAME: lambda args, state: allocate_handshake.new(args.allocate_handshake),
+    node_resources_fit.NAME: lambda args, state: node_resources_fit.new(
+        args.node_resources_fit, state
+    ),
+    gpu_fit.NAME: lambda args, state: gpu_fit.new(args.gpu_fit, state),
+    allocate_handshake.NAME: lambda args, state: allocate_handshake.new(
+        args.allocate_handshake, state
+    ),
+    dra_claims.NAME: lambda args, state: dra_claims.new(state),
     gpu_topology.NAME: lambda args, state: gpu_topology.new(),
     default_binder.NAME: lambda args, state: default_binder.new(),
 }
