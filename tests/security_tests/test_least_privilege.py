@@ -130,6 +130,34 @@ def _pods(rig: Rig, name: str, ns: str | None = None) -> str:
     return f"/api/v1/namespaces/{ns or rig.victims}/pods/{name}"
 
 
+def _claims(rig: Rig) -> str:
+    return f"/apis/resource.k8s.io/v1/namespaces/{rig.victims}/resourceclaims"
+
+
+def _claim(name: str, owner: Obj | None) -> Obj:
+    """A claim for one GPU share; ``owner``: the pod it is made for, as the scheduler makes it
+    on a node in DRA mode (docs/dra.md)."""
+    meta: Obj = {"name": name}
+    if owner is not None:
+        meta["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+    request = {"deviceClassName": "gpu-share.lj-runtimekit.aliyun.com", "count": 1}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": meta,
+        "spec": {"devices": {"requests": [{"name": "container-0-request-0", "exactly": request}]}},
+    }
+
+
 def _node(name: str) -> str:
     return f"/api/v1/nodes/{name}"
 
@@ -291,7 +319,19 @@ ATTACKS: list[Attack] = [
         "scheduler-patch-pod-status",
         "scheduler",
         lambda r, o: ("PATCH", f"{_pods(r, o.tenant)}/status", {"status": {"phase": "Failed"}}),
-        RBAC,
+        "may only set the extendedResourceClaimStatus",
+    ),
+    Attack(
+        "scheduler-fail-its-own-pod",
+        "scheduler",
+        lambda r, o: ("PATCH", f"{_pods(r, o.pending)}/status", {"status": {"phase": "Failed"}}),
+        "may only set the extendedResourceClaimStatus",
+    ),
+    Attack(
+        "scheduler-create-a-claim-of-its-own",
+        "scheduler",
+        lambda r, o: ("POST", _claims(r), _claim("free-gpus", None)),
+        "may only create, allocate and delete the claims it makes",
     ),
     Attack(
         "scheduler-annotate-pod",
@@ -851,6 +891,64 @@ def test_scheduler_token_does_all_the_scheduler_does(rig: Rig, objs: Objects) ->
     # events.k8s.io/v1 itself keeps what an Event says immutable: no policy is needed for it
     assert "field is immutable" in rewrite.message, rewrite.message
     _lease_cycle(rig, "scheduler", "lj-runtimekit-scheduler")
+    _claim_cycle(rig)
+
+
+def _claim_cycle(rig: Rig) -> None:
+    """What the scheduler writes for a pod of its own on a node in DRA mode: the pod's claim,
+    its allocation and reservation, the pod's extendedResourceClaimStatus; then the claim gone."""
+    s = rig.as_("scheduler")
+    for path in (
+        "/apis/resource.k8s.io/v1/resourceslices",
+        "/apis/resource.k8s.io/v1/resourceclaims",
+    ):
+        _ok(s("GET", path, None, query=[("limit", 1)]), f"list {path}")
+    share = {"aliyun.com/gpu-core": "30", "aliyun.com/gpu-memory": "10"}
+    body = pod_body(f"share-{uuid.uuid4().hex[:6]}", None, schedulerName="lj-runtimekit-scheduler")
+    body["spec"]["containers"][0]["resources"] = {"requests": share, "limits": share}
+    pod = ok(rig.root("POST", f"/api/v1/namespaces/{rig.victims}/pods", body), "a share pod")
+    name = pod["metadata"]["name"]
+    claim = _ok(s("POST", _claims(rig), _claim(f"{name}-extended-resources", pod)), "claim").body
+    path = f"{_claims(rig)}/{claim['metadata']['name']}"
+    result = {
+        "request": "container-0-request-0",
+        "driver": "lj-runtimekit.aliyun.com",
+        "pool": rig.own_node,
+        "device": "gpu-0",
+        "shareID": str(uuid.uuid4()),
+        "consumedCapacity": {"cores": "30", "memory": "10Gi"},
+    }
+    status = {
+        "status": {
+            "allocation": {
+                "devices": {"results": [result]},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [rig.own_node]}
+                            ]
+                        }
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]}],
+        }
+    }
+    _ok(s("PATCH", f"{path}/status", status), "allocate and reserve the claim")
+    mapping = {
+        "resourceClaimName": claim["metadata"]["name"],
+        "requestMappings": [
+            {"containerName": "main", "resourceName": r, "requestName": "container-0-request-0"}
+            for r in share
+        ],
+    }
+    patch = {"status": {"extendedResourceClaimStatus": mapping}}
+    _ok(s("PATCH", f"{_pods(rig, name)}/status", patch), "the pod's extendedResourceClaimStatus")
+    again = s("PATCH", f"{_pods(rig, name)}/status", patch)
+    assert again.status in (403, 422), "the scheduler set a pod's extendedResourceClaimStatus twice"
+    _ok(s("DELETE", path, None), "delete the claim")
+    rig.root("DELETE", _pods(rig, name), None)
 
 
 def _lease_cycle(rig: Rig, component: str, name: str) -> None:
