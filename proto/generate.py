@@ -14,7 +14,7 @@ from grpc_tools import protoc
 HERE = Path(__file__).resolve().parent
 PACKAGE = "lj_runtimekit_interface"
 OUT = HERE / "src"
-GENERATED = ("runtime", "deviceplugin", "podresources", "dra", "pluginregistration")
+GENERATED = ("runtime", "deviceplugin", "podresources", "dra", "pluginregistration", "nri")
 
 
 def main() -> int:

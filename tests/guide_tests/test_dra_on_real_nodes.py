@@ -3,7 +3,8 @@ on a real node (kubelet + containerd + runc) with eight GPUs of the Runtime simu
 labelled for DRA mode; kube-scheduler allocates the claims, the kubelet calls our DRA plugin.
 
 A claim for one GPU and one for two GPUs on one NVLink island each give a pod that runs with the
-Runtime's injection reaching the container through CDI (the env, the device nodes); deleting the
+Runtime's injection reaching the container through CDI (the env, the device nodes) and NRI (the
+``xdm.amp.com*`` annotations, for the ``lj-runtime`` handler); deleting the
 pods releases everything in the Runtime and removes their CDI specs; the exporter attributes the
 claim's GPU to its pod. A restart of the plugin and
 one of the kubelet while a pod holds a claim allocate nothing again and lose nothing: the pod's
@@ -52,6 +53,7 @@ GIB = 1 << 30
 MODE_LABEL = "lj_runtimekit_device_mode"
 PLUGIN_APP = "lj-runtimekit-dra-plugin"
 TAINT = "lj-runtimekit.aliyun.com/unhealthy"
+EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 
 
 @pytest.fixture(scope="module")
@@ -227,6 +229,11 @@ def test_a_one_gpu_claim_runs_with_the_runtimes_injection_through_cdi_and_is_rel
     index = alloc["devices"][0].rsplit("-", 1)[1]
     paths = {d.get("path") for d in record.get("devices", [])}
     assert f"/dev/nvidia{index}" in paths, paths
+    # the Runtime's injection annotations reach the lj-runtime handler too: CDI carries none,
+    # the DRA plugin's NRI plugin adds them at CreateContainer (docs/dra.md)
+    annotations = record.get("annotations", {})
+    assert annotations.get("xdm.amp.com.allocation-id") == alloc["id"], annotations
+    assert annotations.get("xdm.amp.com.devices") == ",".join(alloc["devices"]), annotations
     assert len(cdi_specs(node)) == 1
     # the exporter attributes the claim's GPU to the pod (pod-resources' dynamic_resources)
     wait_for("the exporter's series of the pod", lambda: pod_series(metrics(node), "one-gpu"), 60)
@@ -334,6 +341,47 @@ def test_a_pod_asking_the_extended_resource_is_served_by_dra_through_the_mapping
     assert env_of(record).get("LJ_ALLOCATION_ID") == alloc["id"]
     op.kubectl("-n", WORK_NS, "delete", "pod", "mapped", "--wait=true", "--timeout=120s")
     wait_for("mapped's allocation released", lambda: not held(node, "mapped"), 120)
+
+
+def test_pods_asking_gpu_core_and_gpu_memory_are_placed_by_our_scheduler_with_a_claim(
+    op: Operator, node: RealNode
+) -> None:
+    """``gpu-core: 30`` + ``gpu-memory: 10`` unchanged, scheduled by lj-runtimekit-scheduler onto
+    the DRA node: it writes the pod's claim (a share of one GPU) and extendedResourceClaimStatus,
+    the kubelet prepares the claim through the driver, the Runtime holds 30 % and 10 GiB; a
+    second pod shares the GPU; deleting the pods releases both and the claims go with them."""
+    limits = {"aliyun.com/gpu-core": "30", "aliyun.com/gpu-memory": "10"}
+    names = ("core-a", "core-b")
+    pods = []
+    for name in names:
+        apply(op, name, workload(name, WORK_NS, limits, node=node.name))
+        pods.append(wait_for(f"pod {name} running", functools.partial(running, op, name), 180))
+    (a,), (b,) = held(node, "core-a"), held(node, "core-b")
+    assert a["devices"] == b["devices"], (a, b)  # binpack: one GPU
+    for pod, alloc in zip(pods, (a, b), strict=True):
+        env = pod_env(node, pod)
+        assert env.get("LJ_GPU_CORE_PERCENT") == "30", env
+        assert env.get("LJ_GPU_MEMORY_LIMIT_BYTES") == str(10 * GIB), env
+        assert env.get("LJ_ALLOCATION_ID") == alloc["id"]
+        mapping = pod["status"]["extendedResourceClaimStatus"]
+        claim = op.json("-n", WORK_NS, "get", "resourceclaim", mapping["resourceClaimName"])
+        assert claim["metadata"]["annotations"][EXTENDED_CLAIM] == "true"
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["consumedCapacity"] == {"cores": "30", "memory": "10Gi"}
+        assert {m["resourceName"] for m in mapping["requestMappings"]} == set(limits)
+    for name in names:
+        op.kubectl("-n", WORK_NS, "delete", "pod", name, "--wait=true", "--timeout=120s")
+        wait_for(f"{name}'s allocation released", functools.partial(no_hold, node, name), 120)
+
+    def claims_left() -> list[str]:
+        items = op.json("-n", WORK_NS, "get", "resourceclaims")["items"]
+        return [c["metadata"]["name"] for c in items if c["metadata"]["name"].startswith("core-")]
+
+    wait_for("the pods' claims gone with them", lambda: not claims_left(), 60)
+
+
+def no_hold(node: RealNode, pod: str) -> bool:
+    return not held(node, pod)
 
 
 @pytest.fixture(scope="module")

@@ -455,6 +455,8 @@ async def serve(
         handover=handover,
         withdraw=dra_host is not None,
     )
+    if (nri := migration.nri_plugin(s)) is not None:
+        tasks.spawn("nri", nri.run())
     if not dra and dra_host is not None and handover is not None:
         tasks.spawn("dra-unprepare", migration.hand_back(dra_host, unprepared, reclaimer.wake))
     # Registering before the first inventory would advertise nothing: wait for it (or stop).

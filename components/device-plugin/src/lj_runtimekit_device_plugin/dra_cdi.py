@@ -17,8 +17,8 @@ whole injection: the runtime applies a device node or mount per container path a
 key, so identical edits from two devices merge into one.
 
 The injection's annotations (``xdm.amp.com*``) become the CDI device's ``annotations``. CDI does
-not copy those to the container's OCI annotations, so the ``lj-runtime`` handler does not see them
-this way yet (docs/dra.md lists it as open).
+not copy those to the container's OCI annotations: the NRI plugin (:mod:`.nri`) reads them from
+here and adds them to the container, so the ``lj-runtime`` handler sees them.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@
   allocated here.
 - :func:`dra_parts`: the DRA host (mode dra, or mode device-plugin after mode dra, to unprepare)
   and the handover between the modes.
+- :func:`nri_plugin` (mode dra): the injection annotations onto containers through NRI.
 - :func:`hand_back` (mode device-plugin): the kubelet's DRA API is served while the checkpoint
   holds claims, so that their pods' ends release them; then it goes.
 """
@@ -30,6 +31,7 @@ from .handover import Handover, Split, holders
 from .inventory import Inventory
 from .kube import ApiserverUnavailable, read_claim, read_pod
 from .model import Device
+from .nri import NriPlugin
 from .reclaim import Listed
 from .resources import ResourceNames
 from .runtime import RuntimeClient
@@ -139,6 +141,14 @@ def dra_host(
         prepare=prepare,
         on_unprepared=on_unprepared,
     )
+
+
+def nri_plugin(s: Settings) -> NriPlugin | None:
+    """The NRI plugin that puts the injection annotations of prepared claims on containers
+    (mode dra with --nri); None otherwise."""
+    if s.mode != "dra" or not s.nri:
+        return None
+    return NriPlugin(s.nri_socket, Path(s.cdi_dir), s.cdi_kind)
 
 
 def checkpoint_path(s: Settings) -> Path:

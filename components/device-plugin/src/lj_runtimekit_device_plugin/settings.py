@@ -173,6 +173,17 @@ class Settings:
         "The CDI kind (<vendor>/<class>) of the specs written for prepared claims (mode dra).",
         "aliyun.com/gpu",
     )
+    nri: bool = _doc(
+        "In mode dra, add the Runtime's injection annotations of a container's prepared claims "
+        "to its OCI spec through containerd's NRI (CDI applies env, device nodes and mounts but "
+        "not annotations), so the lj-runtime handler sees them (--nri=false: not).",
+        True,
+    )
+    nri_socket: str = _doc(
+        "containerd's NRI socket the NRI plugin connects to (mode dra, --nri); absent: retried "
+        "with backoff, not fatal.",
+        "/var/run/nri/nri.sock",
+    )
     kubeconfig: str = cli.kubeconfig()
     metrics_bind_address: str = cli.metrics_bind_address("0.0.0.0:9502")
     health_probe_bind_address: str = cli.health_probe_bind_address()
@@ -238,7 +249,7 @@ class Settings:
                 f"dra_driver_name {self.dra_driver_name!r}: expected a DNS subdomain of at most "
                 "63 characters, e.g. gpu.example.com"
             )
-        for name in ("dra_plugin_dir", "dra_registry_dir", "cdi_dir"):
+        for name in ("dra_plugin_dir", "dra_registry_dir", "cdi_dir", "nri_socket"):
             if not getattr(self, name).startswith("/"):
                 raise ConfigError(f"{name} {getattr(self, name)!r}: expected an absolute path")
         vendor, sep, klass = self.cdi_kind.partition("/")

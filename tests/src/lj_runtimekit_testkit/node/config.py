@@ -11,6 +11,8 @@ from typing import Any
 import yaml
 
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+NRI_SOCKET = "/var/run/nri/nri.sock"
+"""containerd's NRI socket, the device plugin's default --nri-socket (the node's /run)."""
 CNI_CONF_DIR = "/etc/cni/net.d"
 RUNC = "/usr/local/bin/runc"
 XPU_RUNTIME = "/usr/local/harp/kitC/xpu-container-runtime"
@@ -50,7 +52,9 @@ class NodeConfig:
 def containerd_config(c: NodeConfig) -> str:
     """containerd 2.x config, version 3: CRI with runc on cgroupfs (the node has no systemd),
     ``restrict_oom_score_adj`` (root here lacks CAP_SYS_RESOURCE), our pause image, and nothing
-    written outside the node's private /etc, /run and /var/lib (opt plugin moved, NRI off)."""
+    written outside the node's private /etc, /run and /var/lib (opt plugin moved; NRI on, its
+    socket in the node's /run where the DRA plugin's NRI plugin connects, its plugin directories
+    in the node's /var/lib and /etc: with no plugin connected it changes nothing)."""
     cri_runtime = "plugins.'io.containerd.cri.v1.runtime'"
     return f"""\
 version = 3
@@ -67,7 +71,10 @@ state = "/run/containerd"
   path = "/var/lib/containerd/opt"
 
 [plugins.'io.containerd.nri.v1.nri']
-  disable = true
+  disable = false
+  socket_path = "{NRI_SOCKET}"
+  plugin_path = "/var/lib/containerd/nri/plugins"
+  plugin_config_path = "/etc/nri/conf.d"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
