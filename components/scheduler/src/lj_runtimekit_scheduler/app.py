@@ -59,7 +59,7 @@ async def serve(settings: Settings, tasks: lifecycle.Tasks) -> None:
 
 async def _serve(settings: Settings, tasks: lifecycle.Tasks, kube: Kube, identity: str) -> None:
     metrics = Metrics()
-    state = ClusterState(settings.resources)
+    state = ClusterState(settings.resources, settings.dra_driver_name)
     queue = SchedulingQueue(
         settings.pod_initial_backoff, settings.pod_max_backoff, settings.unschedulable_retry
     )

@@ -25,6 +25,9 @@ from .state import ClusterState
 
 log = structlog.get_logger("lj_runtimekit_scheduler.scheduler")
 
+_UNBOUNDED = 1 << 62
+"""A node in DRA mode's room for our device resources in a gang's domain check."""
+
 
 class Recorder(Protocol):
     def event(self, pod: Pod, kind: str, reason: str, message: str) -> None: ...
@@ -163,6 +166,9 @@ class Scheduler:
             n: {r: a - i.requested.get(r, 0) for r, a in i.node.allocatable.items()}
             for n, i in self.state.nodes.items()
         }
+        for n, room in free.items():
+            if self.state.dra.serves(n):  # no advertised devices there: GpuFit checks each
+                room.update(dict.fromkeys(self.state.names.all, _UNBOUNDED))
         candidates = [
             names
             for names in gang.domains(labels, self.settings.topology_labels, gid.topology, held)

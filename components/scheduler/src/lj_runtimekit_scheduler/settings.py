@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,8 @@ OLD_ENV = {
     "LJ_SCHEDULER_NAME": "scheduler_name",
     "KUBECONFIG": "kubeconfig",
 }
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\Z")
 
 DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("SchedulingGates", 0),
@@ -122,6 +125,11 @@ class Settings:
     feature_label: str = _doc(
         "Node label (value true) that marks the nodes whose GPUs we place onto.",
         "lj_runtimekit_enable",
+    )
+    dra_driver_name: str = _doc(
+        "The device plugin's DRA driver name (its dra_driver_name): nodes whose ResourceSlices "
+        "list this driver's devices are in DRA mode, and our pods there get a ResourceClaim.",
+        "lj-runtimekit.aliyun.com",
     )
     topology_labels: tuple[str, ...] = _doc(
         "Node labels of the network-topology levels, widest first, as a YAML list; gangs pack "
@@ -248,6 +256,11 @@ class Settings:
             raise ConfigError("scheduler_name: expected a non-empty name")
         if not self.feature_label:
             raise ConfigError("feature_label: must be a non-empty string")
+        if not _DNS_SUBDOMAIN.match(self.dra_driver_name) or len(self.dra_driver_name) > 63:
+            raise ConfigError(
+                f"dra_driver_name {self.dra_driver_name!r}: expected a DNS subdomain of at most "
+                "63 characters, e.g. gpu.example.com"
+            )
         names = self.resources.all
         for kind, n in zip(RESOURCE_KINDS, names, strict=True):
             key = "resource_" + kind.replace("-", "_")

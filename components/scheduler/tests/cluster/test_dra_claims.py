@@ -134,6 +134,26 @@ async def test_our_pods_get_claims_beside_kube_schedulers_and_free_them_with_the
     assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == dra.GPU_CLASS
 
 
+async def test_a_gang_of_shares_is_placed_whole_on_a_dra_node(
+    gpu_cluster: Any, scheduler: Callable[..., Any], dra_node: str
+) -> None:
+    scheduler()
+    group = {
+        "lj-runtimekit-scheduler/pod-group": "shares",
+        "lj-runtimekit-scheduler/pod-group-size": "3",
+    }
+    first = [gpu_cluster.pod(f"g-{i}", SHARE, annotations=group) for i in range(2)]
+    await asyncio.sleep(2)
+    assert not any(gpu_cluster.nodes_of(first).values())  # waits for its third member
+    last = gpu_cluster.pod("g-2", SHARE, annotations=group)
+    bound = await gpu_cluster.wait_bound([*first, last])
+    assert set(bound.values()) == {dra_node}
+    held = await gpu_cluster.until(
+        "three claims", lambda: len(claims(gpu_cluster)) == 3 and claims(gpu_cluster)
+    )
+    assert sum(int(results(c)[0]["consumedCapacity"]["cores"]) for c in held.values()) == 90
+
+
 async def test_a_share_naming_only_memory_is_refused_on_a_dra_node(
     gpu_cluster: Any, scheduler: Callable[..., Any], dra_node: str
 ) -> None:
