@@ -693,3 +693,26 @@ async def test_a_layouts_partitions_are_published_as_themselves(
         assert devices[got]["attributes"]["partitionID"]["string"].startswith("gpu-0-mig-3g.40gb-")
     finally:
         objs.clean()
+
+
+async def test_the_nodes_topology_labels_are_published_as_attributes(
+    cluster: Any, api: client.ApiClient, nodes: list[str]
+) -> None:
+    node = nodes[0]
+    with cluster.api_client() as a:
+        labels = {"network.topology/block": "block-7", "network.topology/rack": None}
+        sync_client.CoreV1Api(a).patch_node(node, {"metadata": {"labels": labels}})
+    publisher = SlicePublisher(
+        api, node, topology_labels=("network.topology/block", "network.topology/rack")
+    )
+    try:
+        assert await publisher.publish(gpus(2), RUNTIME, facts(2))
+        (rs,) = slices_of(cluster, node)
+        for d in devices_in([rs]).values():
+            assert d["attributes"]["network.topology/block"] == {"string": "block-7"}
+            assert "network.topology/rack" not in d["attributes"]  # the node has no such label
+    finally:
+        await publisher.withdraw()
+        with cluster.api_client() as a:
+            unlabel = {"metadata": {"labels": {"network.topology/block": None}}}
+            sync_client.CoreV1Api(a).patch_node(node, unlabel)

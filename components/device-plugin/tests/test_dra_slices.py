@@ -179,7 +179,10 @@ def assert_valid(rs: dict[str, Any]) -> None:
         attrs, caps = d.get("attributes", {}), d.get("capacity", {})
         assert len(attrs) + len(caps) <= 32
         for key, value in attrs.items():
-            assert C_IDENTIFIER.match(key)
+            # the driver's own names, or fully qualified ones (<DNS subdomain>/<C identifier>)
+            domain, _, short = key.rpartition("/")
+            assert C_IDENTIFIER.match(short)
+            assert not domain or (len(domain) <= 63 and DNS_SUBDOMAIN.match(domain)), key
             ((kind, v),) = value.items()
             if kind == "string":
                 assert len(v) <= 64
@@ -373,3 +376,17 @@ def test_the_standard_pcie_root_attribute_when_the_runtime_names_a_valid_root() 
         for d in rs["spec"]["devices"]
     }
     assert roots == {"gpu-0": {"string": "pci0000:00"}, "gpu-1": None, "gpu-2": None}
+
+
+def test_the_nodes_topology_labels_are_attributes_of_every_device(
+    eight_gpus: list[Device],
+) -> None:
+    facts = replace(
+        FACTS, topology={"network.topology/block": "b1", "network.topology/rack": "x" * 65}
+    )
+    (rs,) = resource_slices(eight_gpus, facts)
+    for d in rs["spec"]["devices"]:
+        assert d["attributes"]["network.topology/block"] == {"string": "b1"}
+        # longer than an attribute string may be: left out, never a slice the apiserver refuses
+        assert "network.topology/rack" not in d["attributes"]
+    assert_valid(rs)

@@ -33,6 +33,10 @@ def test_flag_beats_env_beats_file_beats_default(tmp_path: Path) -> None:
         ("version: v1\nmig_strategy: half\n", "mig_strategy 'half'"),
         ("version: v1\nresources: gpu,tpu\n", "unknown kinds ['tpu']"),
         ("version: v1\nresource_gpu: gpu\n", "expected <domain>/<name>"),
+        (
+            "version: v1\ndra_topology_labels: network.topology/super-block\n",
+            "'network.topology/super-block' cannot be a DRA attribute name",
+        ),
         (": : :\n", "not valid YAML"),
     ],
     ids=[
@@ -43,6 +47,7 @@ def test_flag_beats_env_beats_file_beats_default(tmp_path: Path) -> None:
         "bad-choice",
         "bad-kind",
         "bad-name",
+        "topology-label-not-an-attribute",
         "garbage",
     ],
 )

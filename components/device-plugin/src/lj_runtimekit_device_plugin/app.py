@@ -352,6 +352,7 @@ def _spawn_publishers(
             driver=s.dra_driver_name,
             partitions=s.dra_partitions,
             taints=lambda: held_taints(handover.held if handover is not None else {}),
+            topology_labels=s.topology_labels,
         )
         job = _publish(inventory, slices, client, handover) if dra else None
         tasks.spawn("slices", job or migration.withdraw_slices(slices))

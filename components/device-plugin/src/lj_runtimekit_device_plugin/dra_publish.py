@@ -8,7 +8,8 @@
 - Each slice is created or replaced by its stable name; then the node's other slices of this
   driver go (a shrinking pool). Slices of other nodes or other drivers are never touched: every
   list selects ``spec.nodeName`` and ``spec.driver`` on the apiserver.
-- The slices are owned by the Node, so they go when the Node goes.
+- The slices are owned by the Node, so they go when the Node goes. The Node is read at each
+  publish: its uid, and the topology labels (``topology_labels``) every device carries.
 - A taint keeps the ``timeAdded`` the apiserver gave it when it first appeared; a rewrite of the
   pool for another reason does not make it look new.
 - ``taints`` adds taints besides health (a GPU a device-plugin pod still holds after the node
@@ -50,8 +51,11 @@ class SlicePublisher:
         driver: str = dra_slices.DEFAULT_DRIVER,
         partitions: str = dra_slices.STATIC,
         taints: Callable[[], Mapping[str, tuple[Mapping[str, str], ...]]] | None = None,
+        topology_labels: Sequence[str] = (),
     ) -> None:
         self.node = node
+        self.topology_labels = tuple(topology_labels)
+        """Node labels published as device attributes (read from the Node at each publish)."""
         self.driver = driver
         self.taints = taints or dict
         """Runtime device id → taints besides health, asked at every publish."""
@@ -61,7 +65,6 @@ class SlicePublisher:
         self.core = client.CoreV1Api(api)
         self.generation: int | None = None
         """The pool generation of the last write; None until this publisher first wrote."""
-        self._node_uid: str | None = None
         self._written: list[dict[str, Any]] | None = None
         """The slices of the last complete write, built with generation 0 (the content)."""
         self.writes = 0
@@ -71,11 +74,12 @@ class SlicePublisher:
     ) -> bool:
         """Bring the node's slices to ``devices``; True when anything was written."""
         try:
-            node_uid = await self._uid()
+            node_uid, labels = await self._node()
             base = dra_slices.NodeFacts(
                 node=self.node,
                 generation=0,
                 node_uid=node_uid,
+                topology={k: labels[k] for k in self.topology_labels if labels.get(k)},
                 driver=self.driver,
                 driver_version=facts.driver_version if facts else "",
                 runtime_version=runtime.version,
@@ -143,19 +147,18 @@ class SlicePublisher:
         log.info("resource_slices_withdrawn", node=self.node, driver=self.driver, n=len(existing))
         return len(existing)
 
-    async def _uid(self) -> str:
-        if self._node_uid is None:
-            try:
-                node = await self.core.read_node(self.node)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                raise ApiserverUnavailable(
-                    f"node {self.node} does not exist: its ResourceSlices need the Node object "
-                    "(check --node-name)"
-                ) from e
-            self._node_uid = str(node.metadata.uid)
-        return self._node_uid
+    async def _node(self) -> tuple[str, Mapping[str, str]]:
+        """The Node's uid and labels, read at every publish (publishes follow changes only)."""
+        try:
+            node = await self.core.read_node(self.node)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            raise ApiserverUnavailable(
+                f"node {self.node} does not exist: its ResourceSlices need the Node object "
+                "(check --node-name)"
+            ) from e
+        return str(node.metadata.uid), dict(node.metadata.labels or {})
 
     async def _existing(self) -> dict[str, dict[str, Any]]:
         """The node's slices of this driver on the apiserver, by name."""

@@ -112,6 +112,9 @@ class NodeFacts:
     device_taints: Mapping[str, tuple[Mapping[str, str], ...]] = field(default_factory=dict)
     """Runtime device id → taints besides health, on every device published for it (a GPU that a
     device-plugin pod still holds after its node moved to DRA, :mod:`.handover`)."""
+    topology: Mapping[str, str] = field(default_factory=dict)
+    """The node's network-topology labels (``network.topology/block`` → ``b1``), an attribute of
+    every device under the label's own key: a claim's selector can pick a block or rack."""
 
 
 def _digest(text: str, n: int = 8) -> str:
@@ -177,6 +180,9 @@ def _attributes(d: Device, facts: NodeFacts, island: int, switch: int) -> dict[s
     ):
         if raw and (version := semver(raw)):
             attrs[name] = {"version": version}
+    for key, value in sorted(facts.topology.items()):
+        if value and len(value) <= MAX_STRING_ATTRIBUTE:
+            attrs[key] = {"string": value}
     return attrs
 
 

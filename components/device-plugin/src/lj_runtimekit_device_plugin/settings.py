@@ -38,6 +38,11 @@ _doc = cli.setting
 # A label prefix is a DNS subdomain (RFC 1123): lowercase labels of [a-z0-9-] joined by dots.
 _CDI_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# a fully qualified DRA attribute name: a DNS subdomain (at most 63) / a C identifier (at most 32)
+_ATTRIBUTE = re.compile(
+    r"^(?=.{1,63}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z_][A-Za-z0-9_]{0,31}$"
+)
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,14 @@ class Settings:
         "static",
         choices=PARTITION_POLICIES,
     )
+    dra_topology_labels: str = _doc(
+        "Node labels published as an attribute of every device of the node's ResourceSlices "
+        "(mode dra), under the label's own key: the network-topology levels the scheduler packs "
+        "gangs by (its topology_labels), comma-separated. Each must be <domain>/<name> with a "
+        "name of letters, digits and '_' (a DRA attribute name); a node without the label has "
+        "no such attribute.",
+        "network.topology/block,network.topology/rack",
+    )
     cdi_dir: str = _doc(
         "Where the CDI spec of each prepared claim is written for the container runtime "
         "(containerd reads /etc/cdi and /var/run/cdi; mode dra).",
@@ -193,6 +206,10 @@ class Settings:
     @property
     def annotation_patterns(self) -> tuple[str, ...]:
         return tuple(p.strip() for p in self.containerd_annotation_patterns.split(",") if p.strip())
+
+    @property
+    def topology_labels(self) -> tuple[str, ...]:
+        return tuple(k.strip() for k in self.dra_topology_labels.split(",") if k.strip())
 
     @property
     def enabled(self) -> tuple[str, ...]:
@@ -249,6 +266,13 @@ class Settings:
                 f"dra_driver_name {self.dra_driver_name!r}: expected a DNS subdomain of at most "
                 "63 characters, e.g. gpu.example.com"
             )
+        for key in self.topology_labels:
+            if not _ATTRIBUTE.match(key):
+                raise ConfigError(
+                    f"dra_topology_labels: {key!r} cannot be a DRA attribute name: expected "
+                    "<domain>/<name>, a DNS subdomain and a name of letters, digits and '_' "
+                    "(at most 32), e.g. network.topology/block"
+                )
         for name in ("dra_plugin_dir", "dra_registry_dir", "cdi_dir", "nri_socket"):
             if not getattr(self, name).startswith("/"):
                 raise ConfigError(f"{name} {getattr(self, name)!r}: expected an absolute path")
