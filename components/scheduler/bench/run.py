@@ -56,10 +56,16 @@ def install_crd(cluster: Cluster) -> None:
     time.sleep(2)
 
 
-def make_nodes(cluster: Cluster, n: int, pool: str) -> list[str]:
-    """``n`` KWOK nodes of 8 GPUs labelled ``bench-pool=<pool>``, with their NodeDevices."""
+def make_nodes(cluster: Cluster, n: int, pool: str, *, advertised: bool = True) -> list[str]:
+    """``n`` KWOK nodes of 8 GPUs labelled ``bench-pool=<pool>``, with their NodeDevices;
+    ``advertised``: as ``aliyun.com/gpu: 8`` too (a node in DRA mode advertises none)."""
     names = cluster.create_gpu_nodes(
-        n, prefix=f"bench-{pool}", gpus=8, enable=True, labels={"bench-pool": pool}, deadline_s=900
+        n,
+        prefix=f"bench-{pool}",
+        gpus=8 if advertised else 0,
+        enable=True,
+        labels={"bench-pool": pool},
+        deadline_s=900,
     )
     with cluster.api_client(pool_size=16) as api:
         custom = client.CustomObjectsApi(api)
@@ -227,13 +233,11 @@ def run(args: argparse.Namespace, qps: float, burst: int) -> list[Figure]:
 
 def setup_dra_pools(cluster: Cluster, nodes: int) -> None:
     """The classic pool (``aliyun.com/gpu: 8``, NodeDevices), the DRA pool (no GPU resource, one
-    ResourceSlice of 8 GPUs per node), the MIG pool (8 GPUs with partitions on demand per node)
-    and the suite's DeviceClasses."""
+    ResourceSlice of 8 shareable GPUs per node, and the NodeDevices the driver also keeps), the
+    MIG pool (8 GPUs with partitions on demand per node) and the suite's DeviceClasses."""
     install_crd(cluster)
     make_nodes(cluster, nodes, CLASSIC_POOL)
-    names = cluster.create_gpu_nodes(
-        nodes, prefix=f"bench-{DRA_POOL}", gpus=0, labels={"bench-pool": DRA_POOL}, deadline_s=900
-    )
+    names = make_nodes(cluster, nodes, DRA_POOL, advertised=False)
     migs = cluster.create_gpu_nodes(
         nodes, prefix=f"bench-{MIG_POOL}", gpus=0, labels={"bench-pool": MIG_POOL}, deadline_s=900
     )
@@ -241,7 +245,7 @@ def setup_dra_pools(cluster: Cluster, nodes: int) -> None:
         for dc in dra.device_classes():
             dra.create(api, dc)
         with ThreadPoolExecutor(16) as ex:
-            list(ex.map(lambda node: dra.create(api, dra.gpu_slice(node)), names))
+            list(ex.map(lambda node: dra.create(api, dra.gpu_slice(node, shareable=True)), names))
             slices = [s for node in migs for s in dra.mig_slices(node)]
             list(ex.map(lambda body: dra.create(api, body), slices))
     time.sleep(2)  # kube-scheduler's informers see the classes and slices
@@ -266,6 +270,11 @@ def with_mig_claim(api: client.ApiClient, ns: str, i: int) -> float:
     return create_pod(api, ns, dra.use_claim(pod, {"resourceClaimName": f"c-{i}"}))
 
 
+def with_share_claim(api: client.ApiClient, ns: str, i: int) -> float:
+    dra.create(api, dra.resource_claim(f"c-{i}", dra.share_claim_spec(50, "40Gi")), ns)
+    return create_pod(api, ns, dra_pod(f"p-{i}", {"resourceClaimName": f"c-{i}"}))
+
+
 def create_template(api: client.ApiClient, ns: str) -> None:
     dra.create(api, dra.claim_template(TEMPLATE, dra.claim_spec()), ns)
 
@@ -275,12 +284,17 @@ def free_claims(api: client.ApiClient, ns: str) -> None:
         print(f"bench: claims of {ns} left after the DRA phase", file=sys.stderr, flush=True)
 
 
-def dra_variants(one_gpu: list[Shape]) -> dict[str, tuple[Creator, Step | None]]:
-    """label → (pod creator, namespace setup) of the DRA pods, all under kube-scheduler."""
+def dra_variants(one_gpu: list[Shape], half: list[Shape]) -> dict[str, tuple[Creator, Step | None]]:
+    """label → (pod creator, namespace setup) of the DRA pods: claims under kube-scheduler, and
+    the same pods without claims under each scheduler (ours makes their claims itself)."""
     return {
         "DRA template/kube-scheduler": (from_template, create_template),
         "DRA claim/kube-scheduler": (with_claim, None),
         "DRA extended/kube-scheduler": (classic(THEIRS, DRA_POOL, one_gpu), None),
+        "DRA extended/lj-runtimekit-scheduler": (classic(OURS, DRA_POOL, one_gpu), None),
+        # half a GPU: kube-scheduler from a share claim, ours from gpu-core/gpu-memory unchanged
+        "DRA share claim/kube-scheduler": (with_share_claim, None),
+        "DRA shares/lj-runtimekit-scheduler": (classic(OURS, DRA_POOL, half), None),
         # a 1g.10gb MIG instance per pod, from partitionable devices (15 per GPU on counters)
         "DRA MIG claim/kube-scheduler": (with_mig_claim, None),
     }
@@ -302,12 +316,16 @@ def run_dra(args: argparse.Namespace) -> list[Figure]:
 
     Every phase creates ``--dra-pods`` pods wanting one GPU. The anchor: ``aliyun.com/gpu: 1`` on
     the classic pool under kube-scheduler. Compared with it: the same pods under ours; then, on
-    the DRA pool and under kube-scheduler (ours refuses pods with claims, docs/dra.md), a
+    the DRA pool (shareable GPUs, as the driver publishes them) and under kube-scheduler (ours
+    refuses pods with claims, docs/dra.md), a
     ResourceClaimTemplate of one ``gpu.lj-runtimekit.aliyun.com`` (kube-controller-manager makes
     each claim), a ResourceClaim the benchmark makes just before each pod (the scheduler's DRA
     path alone), ``aliyun.com/gpu: 1`` served through the class's extendedResourceName, and a
     ResourceClaim for one 1g.10gb MIG instance on a third pool publishing partitions on demand
-    (``dra_partitions: dynamic``: 15 devices per GPU on one counter set each).
+    (``dra_partitions: dynamic``: 15 devices per GPU on one counter set each). Then the DRA
+    pool's pods without claims under ours, which makes each pod's claim itself: ``aliyun.com/gpu:
+    1`` (against kube-scheduler's mapping of the same pods), and ``gpu-core: 50`` + ``gpu-memory:
+    40`` (against kube-scheduler with a share claim of the same size made before each pod).
     KWOK runs no kubelet: what is timed is create → bound.
     """
     qps_text, burst_text = args.dra_client.split("/")
@@ -319,6 +337,7 @@ def run_dra(args: argparse.Namespace) -> list[Figure]:
     ok = False
     n = args.dra_pods
     one_gpu: list[Shape] = [({"aliyun.com/gpu": "1"}, {})] * n
+    half: list[Shape] = [({"aliyun.com/gpu-core": "50", "aliyun.com/gpu-memory": "40"}, {})] * n
     where = f"{n} pods, 3x{args.dra_nodes} nodes, {qps:g}/{burst}"
     try:
         cluster = Cluster.from_control_plane(cp)
@@ -328,7 +347,7 @@ def run_dra(args: argparse.Namespace) -> list[Figure]:
         results["classic/lj-runtimekit-scheduler"] = phase(
             cluster, n, classic(OURS, CLASSIC_POOL, one_gpu), args.deadline
         )
-        for label, (create, setup) in dra_variants(one_gpu).items():
+        for label, (create, setup) in dra_variants(one_gpu, half).items():
             results[label] = phase(
                 cluster, n, create, args.deadline, setup=setup, cleanup=free_claims
             )

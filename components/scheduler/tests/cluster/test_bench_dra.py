@@ -22,6 +22,9 @@ COMPARED = (
     "DRA claim/kube-scheduler",
     "DRA extended/kube-scheduler",
     "DRA MIG claim/kube-scheduler",
+    "DRA extended/lj-runtimekit-scheduler",
+    "DRA share claim/kube-scheduler",
+    "DRA shares/lj-runtimekit-scheduler",
 )
 
 

@@ -23,6 +23,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 DRIVER = "lj-runtimekit.aliyun.com"
 GPU_CLASS = "gpu.lj-runtimekit.aliyun.com"
 MIG_CLASS = "mig.lj-runtimekit.aliyun.com"
+SHARE_CLASS = "gpu-share.lj-runtimekit.aliyun.com"
 #: MIG profiles of an 80 GB GPU: (compute slices, GiB, how many fit).
 MIG_PROFILES = ((1, 10, 7), (2, 20, 3), (3, 40, 2), (4, 40, 1), (7, 80, 1))
 PLURALS = {
@@ -187,6 +188,17 @@ def mig_claim_spec(profile: str = "1g.10gb") -> dict[str, Any]:
 def claim_spec(device_class: str = GPU_CLASS, count: int = 1) -> dict[str, Any]:
     """A claim's spec: ``count`` devices of ``device_class``."""
     exactly = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
+    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+
+
+def share_claim_spec(cores: int, memory: str) -> dict[str, Any]:
+    """A claim's spec: a share of one GPU, ``cores`` percent and ``memory`` of it."""
+    exactly = {
+        "deviceClassName": SHARE_CLASS,
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "capacity": {"requests": {"cores": str(cores), "memory": memory}},
+    }
     return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
 
 
