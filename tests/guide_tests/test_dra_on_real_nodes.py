@@ -303,6 +303,11 @@ def test_plugin_and_kubelet_restarts_repeat_nothing_and_lose_nothing(
     assert held(node, "survivor") == before
     assert len(allocations(node)) == 1
     delete_and_expect_release(op, node, "survivor")
+    # the kubelet deletes every ResourceSlice of its node when it starts: the plugin sees them go
+    # and writes them again (before, the node had none until its next health change)
+    wait_for(
+        "eight GPUs in the node's ResourceSlices again", lambda: len(devices(op, node)) == 8, 60
+    )
 
 
 def test_an_unhealthy_gpu_is_tainted_avoided_and_cleared_on_recovery(
@@ -369,6 +374,8 @@ def test_pods_asking_gpu_core_and_gpu_memory_are_placed_by_our_scheduler_with_a_
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert result["consumedCapacity"] == {"cores": "30", "memory": "10Gi"}
         assert {m["resourceName"] for m in mapping["requestMappings"]} == set(limits)
+    # the exporter attributes the claim's GPU to the pod (pod-resources lists the claim's device)
+    wait_for("the exporter's series of core-a", lambda: pod_series(metrics(node), "core-a"), 60)
     for name in names:
         op.kubectl("-n", WORK_NS, "delete", "pod", name, "--wait=true", "--timeout=120s")
         wait_for(f"{name}'s allocation released", functools.partial(no_hold, node, name), 120)
@@ -428,3 +435,26 @@ def test_a_ppu_claim_runs_and_is_released(op: Operator, ppu_node: RealNode) -> N
     assert env.get("LJ_ALLOCATION_ID") == alloc["id"]
     assert "ALIXPU_VISIBLE_DEVICES" in env, env
     delete_and_expect_release(op, ppu_node, "one-ppu")
+
+
+@pytest.mark.parametrize("scheduler", [None, "lj-runtimekit-scheduler"], ids=["mapping", "ours"])
+def test_a_pod_asking_alibabacloud_ppu_lands_on_the_dra_node(
+    op: Operator, ppu_node: RealNode, scheduler: str | None
+) -> None:
+    """``alibabacloud.com/ppu: 1`` and no claim: kube-scheduler serves it through the PPU
+    class's extendedResourceName, lj-runtimekit-scheduler by making the pod's claim itself."""
+    name = f"ppu-{'mapped' if scheduler is None else 'ours'}"
+    body = workload(name, WORK_NS, {"alibabacloud.com/ppu": "1"}, node=ppu_node.name)
+    if scheduler is None:
+        del body["spec"]["schedulerName"]
+    apply(op, name, body)
+    pod = wait_for(f"pod {name} running", functools.partial(running, op, name), 180)
+    (alloc,) = held(ppu_node, name)
+    assert alloc["devices"][0].startswith("ppu-")
+    assert pod["status"]["extendedResourceClaimStatus"]["requestMappings"][0]["resourceName"] == (
+        "alibabacloud.com/ppu"
+    )
+    (record,) = injected(ppu_node, pod["metadata"]["uid"])
+    assert env_of(record).get("LJ_ALLOCATION_ID") == alloc["id"]
+    op.kubectl("-n", WORK_NS, "delete", "pod", name, "--wait=true", "--timeout=120s")
+    wait_for(f"{name}'s allocation released", functools.partial(no_hold, ppu_node, name), 120)

@@ -716,3 +716,33 @@ async def test_the_nodes_topology_labels_are_published_as_attributes(
         with cluster.api_client() as a:
             unlabel = {"metadata": {"labels": {"network.topology/block": None}}}
             sync_client.CoreV1Api(a).patch_node(node, unlabel)
+
+
+async def test_slices_the_kubelet_wipes_are_noticed_and_written_again(
+    cluster: Any, api: client.ApiClient, nodes: list[str]
+) -> None:
+    """The kubelet deletes every slice of its node when it starts (and a driver's after its
+    plugin stayed away): the watch notices, the next publish writes the pool again; the
+    publisher's own deletions (a shrinking pool) are not a loss."""
+    node = nodes[0]
+    publisher = SlicePublisher(api, node)
+    watching = asyncio.create_task(publisher.watch())
+    try:
+        assert await publisher.publish(gpus(130), RUNTIME, facts(130))  # two slices
+        assert await publisher.publish(gpus(8), RUNTIME, facts(8))  # shrinks to one
+        await asyncio.sleep(1)
+        assert not publisher.lost.is_set()
+        with cluster.api_client() as a:
+            # as the kubelet does it: one DeleteCollection of the node's slices
+            sync_client.ResourceV1Api(a).delete_collection_resource_slice(
+                field_selector=f"spec.nodeName={node}"
+            )
+        await asyncio.wait_for(publisher.lost.wait(), 30)
+        assert not slices_of(cluster, node)
+        assert await publisher.publish(gpus(8), RUNTIME, facts(8))
+        (rs,) = slices_of(cluster, node)
+        assert len(rs["spec"]["devices"]) == 8
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+        await publisher.withdraw()

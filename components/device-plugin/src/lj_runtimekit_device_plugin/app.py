@@ -20,7 +20,7 @@ from .handover import Handover, held_taints, next_change
 from .handshake import PodLister, SharedHandshake
 from .health import HealthFollower
 from .httpd import create_app
-from .inventory import Inventory
+from .inventory import Inventory, View
 from .kube import (
     ApiserverUnavailable,
     MarkUpdate,
@@ -113,7 +113,31 @@ async def _publish(
                 log.warning("inventory_publish_failed", error=str(e), next="retry in 5s")
                 await asyncio.sleep(5)
                 continue
-        view, seen = await next_change(inventory, view, handover, seen)
+        view, seen = await _next(inventory, view, handover, seen, publisher)
+
+
+async def _next(
+    inventory: Inventory,
+    view: View,
+    handover: Handover | None,
+    seen: int,
+    publisher: Publisher | SlicePublisher,
+) -> tuple[View, int]:
+    """The next change to publish: of the inventory or handover, or (slices) the loss of a
+    slice someone else deleted (:meth:`SlicePublisher.watch`)."""
+    if not isinstance(publisher, SlicePublisher):
+        return await next_change(inventory, view, handover, seen)
+    change = asyncio.ensure_future(next_change(inventory, view, handover, seen))
+    lost = asyncio.ensure_future(publisher.lost.wait())
+    try:
+        await asyncio.wait({change, lost}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        change.cancel()
+        lost.cancel()
+    publisher.lost.clear()
+    if change.done() and not change.cancelled():
+        return change.result()
+    return inventory.view(), handover.generation if handover is not None else seen
 
 
 async def _apiserver(s: Settings) -> Any:
@@ -356,6 +380,8 @@ def _spawn_publishers(
         )
         job = _publish(inventory, slices, client, handover) if dra else None
         tasks.spawn("slices", job or migration.withdraw_slices(slices))
+        if dra:
+            tasks.spawn("slices-watch", slices.watch())
 
 
 async def _first(awaitable: Coroutine[Any, Any, Any], tasks: lifecycle.Tasks) -> None:

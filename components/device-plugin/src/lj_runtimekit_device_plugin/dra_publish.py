@@ -12,19 +12,24 @@
   publish: its uid, and the topology labels (``topology_labels``) every device carries.
 - A taint keeps the ``timeAdded`` the apiserver gave it when it first appeared; a rewrite of the
   pool for another reason does not make it look new.
+- A slice it wrote that someone else deletes is written again (:meth:`SlicePublisher.watch`
+  sets ``lost``, the publish loop writes the pool): the kubelet deletes every slice of its node
+  when it starts, and a driver's slices when its plugin stayed away longer than its wiping delay
+  (``dra_plugin_manager.go``), while this publisher writes on change only.
 - ``taints`` adds taints besides health (a GPU a device-plugin pod still holds after the node
   moved to DRA, :mod:`.handover`); a change of them is a change of content.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import aiohttp
 import structlog
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from . import dra_slices
@@ -68,6 +73,10 @@ class SlicePublisher:
         self._written: list[dict[str, Any]] | None = None
         """The slices of the last complete write, built with generation 0 (the content)."""
         self.writes = 0
+        self.lost = asyncio.Event()
+        """Set when a slice of the last write was deleted by someone else: write again."""
+        self._deleting: set[str] = set()
+        """Names this publisher is deleting itself (a shrinking pool, a withdrawal)."""
 
     async def publish(
         self, devices: Sequence[Device], runtime: RuntimeInfo, facts: DriverFacts | None
@@ -100,6 +109,7 @@ class SlicePublisher:
                 await self._put(body, existing.get(body["metadata"]["name"]))
             wanted = {s["metadata"]["name"] for s in slices}
             for name in sorted(set(existing) - wanted):
+                self._deleting.add(name)
                 await self._delete(name)
         except ApiException as e:
             raise ApiserverUnavailable(
@@ -126,9 +136,11 @@ class SlicePublisher:
 
     async def withdraw(self) -> int:
         """Delete every slice of this node and driver (the node leaves DRA); how many went."""
+        self._written = None
         try:
             existing = await self._existing()
             for name in sorted(existing):
+                self._deleting.add(name)
                 await self._delete(name)
         except ApiException as e:
             raise ApiserverUnavailable(
@@ -146,6 +158,62 @@ class SlicePublisher:
         self._written = None
         log.info("resource_slices_withdrawn", node=self.node, driver=self.driver, n=len(existing))
         return len(existing)
+
+    async def watch(self) -> None:
+        """Until cancelled: watch the node's slices of this driver and set :attr:`lost` when one
+        of the last write is gone (deleted while the watch was away counts too: each list
+        compares). Errors are retried with the suite's backoff; they never stop publishing."""
+        selector = f"spec.nodeName={self.node},spec.driver={self.driver}"
+        delay = 1.0
+        while True:
+            w = watch.Watch()
+            try:
+                got = await self.custom.list_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, field_selector=selector
+                )
+                names = {s["metadata"]["name"] for s in got.get("items", [])}
+                for name in self._written_names() - names:
+                    self._gone(name)
+                rv = got["metadata"]["resourceVersion"]
+                async for ev in w.stream(
+                    self.custom.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    PLURAL,
+                    field_selector=selector,
+                    resource_version=rv,
+                    timeout_seconds=300,
+                ):
+                    if ev["type"] == "DELETED":
+                        self._gone(ev["object"]["metadata"]["name"])
+                delay = 1.0
+            except (ApiException, *_TRANSPORT) as e:
+                status = getattr(e, "status", None)
+                if status != 410:  # an expired resourceVersion only lists again
+                    log.warning(
+                        "resource_slices_watch_failed", error=str(e)[:300], retry_in_s=delay
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(30.0, delay * 2)
+            finally:
+                # not Watch.close(): it would close the ApiClient every other caller shares
+                w.stop()
+                resp: Any = getattr(w, "resp", None)  # typed None by the library, set by stream
+                if resp is not None:
+                    resp.release()
+
+    def _written_names(self) -> set[str]:
+        return {s["metadata"]["name"] for s in self._written or ()}
+
+    def _gone(self, name: str) -> None:
+        if name in self._deleting:
+            self._deleting.discard(name)
+            return
+        if name not in self._written_names():
+            return
+        log.info("resource_slice_deleted_by_others", node=self.node, slice=name, next="publish")
+        self._written = None
+        self.lost.set()
 
     async def _node(self) -> tuple[str, Mapping[str, str]]:
         """The Node's uid and labels, read at every publish (publishes follow changes only)."""
