@@ -317,8 +317,9 @@ def test_an_unhealthy_gpu_is_tainted_avoided_and_cleared_on_recovery(
     simulator_control(node, "/health", {"device": sick, "healthy": False, "reason": "xid-79"})
 
     def tainted() -> bool:
-        d = next(d for d in devices(op, node).values() if d["attributes"]["runtimeDeviceID"] == {
-            "string": sick})  # fmt: skip
+        d = next((d for d in devices(op, node).values() if d["attributes"]["runtimeDeviceID"] == {
+            "string": sick}), None)  # fmt: skip
+        assert d is not None, f"{sick} is not in the node's ResourceSlices"
         return any(t["key"] == TAINT for t in d.get("taints", []))
 
     try:
