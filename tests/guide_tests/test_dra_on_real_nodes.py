@@ -345,6 +345,8 @@ def test_a_pod_asking_the_extended_resource_is_served_by_dra_through_the_mapping
     assert len(alloc["devices"]) == 1
     (record,) = injected(node, pod["metadata"]["uid"])
     assert env_of(record).get("LJ_ALLOCATION_ID") == alloc["id"]
+    # the driver records the mapped container with the Runtime: the exporter attributes it
+    wait_for("the exporter's series of mapped", lambda: pod_series(metrics(node), "mapped"), 60)
     op.kubectl("-n", WORK_NS, "delete", "pod", "mapped", "--wait=true", "--timeout=120s")
     wait_for("mapped's allocation released", lambda: not held(node, "mapped"), 120)
 

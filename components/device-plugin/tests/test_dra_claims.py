@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lj_runtimekit_device_plugin.dra_claims import claim_allocation, quantity
+from lj_runtimekit_device_plugin.dra_claims import claim_allocation, container_of, quantity
 
 GIB = 1 << 30
 
@@ -76,3 +76,29 @@ def test_share_id_and_consumed_capacity_are_read_per_result() -> None:
     assert share.share_id == "7c5d0a3e-0000-4000-8000-000000000001"
     assert dict(share.consumed) == {"cores": 30, "memory": 10 * GIB}  # unreadable ones left out
     assert (garbled.share_id, dict(garbled.consumed)) == ("", {})
+
+
+def test_the_container_a_claim_serves() -> None:
+    pod = {
+        "spec": {
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "t"}],
+            "containers": [
+                {"name": "side"},
+                {"name": "main", "resources": {"claims": [{"name": "gpus"}]}},
+            ],
+        },
+        "status": {
+            "resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "p-gpus-x1"}],
+            "extendedResourceClaimStatus": {
+                "resourceClaimName": "p-extended-resources-y2",
+                "requestMappings": [
+                    {"containerName": "side", "resourceName": "aliyun.com/gpu-core",
+                     "requestName": "container-0-request-0"},
+                ],
+            },
+        },
+    }  # fmt: skip
+    assert container_of(pod, "p-gpus-x1") == "main"
+    # the claim a scheduler made for the pod's extended resources (KEP-5004, or ours)
+    assert container_of(pod, "p-extended-resources-y2") == "side"
+    assert container_of(pod, "other") == ""

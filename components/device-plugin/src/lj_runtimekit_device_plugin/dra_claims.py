@@ -127,9 +127,15 @@ def ours(claim: ClaimAllocation, driver: str, pool: str) -> tuple[Result, ...]:
 
 
 def container_of(pod: Mapping[str, Any], claim_name: str) -> str:
-    """The first container of ``pod`` that uses the ResourceClaim named ``claim_name`` (directly
-    or through the claim a template made for the pod); "" when none does."""
+    """The first container of ``pod`` that uses the ResourceClaim named ``claim_name`` (directly,
+    through the claim a template made for the pod, or as the claim a scheduler made for the pod's
+    extended resources: ``status.extendedResourceClaimStatus``); "" when none does."""
     spec, status = _dict(pod.get("spec")), _dict(pod.get("status"))
+    extended = _dict(status.get("extendedResourceClaimStatus"))
+    if extended.get("resourceClaimName") == claim_name:
+        for m in _list(extended.get("requestMappings")):
+            if isinstance(m, Mapping) and m.get("containerName"):
+                return str(m["containerName"])
     pod_claims = {
         str(c.get("name"))
         for c in _list(spec.get("resourceClaims"))
