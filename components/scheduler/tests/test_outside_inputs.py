@@ -311,3 +311,63 @@ def test_any_configmap_document_gives_settings_or_an_error_naming_it(doc: dict[A
         else:
             return
     assert "cm.yaml" in error or any(str(k) in error for k in doc), "the error names the input"
+
+
+def _slice(devices: Any, pool: Any = "n1") -> dict[str, Any]:
+    spec = {"driver": "lj-runtimekit.aliyun.com", "nodeName": "n1", "pool": {"name": pool}}
+    return {"metadata": {"name": "s", "uid": "s"}, "spec": {**spec, "devices": devices}}
+
+
+def _claim(results: Any, reserved: Any = ()) -> dict[str, Any]:
+    status = {"allocation": {"devices": {"results": results}}, "reservedFor": reserved}
+    return {"metadata": {"name": "c", "uid": "c"}, "status": status}
+
+
+@FAST
+@given(
+    devices=st.lists(
+        json_values
+        | st.fixed_dictionaries(
+            {"name": json_values},
+            optional={
+                "attributes": json_values
+                | st.fixed_dictionaries({"runtimeDeviceID": json_values, "type": json_values}),
+                "capacity": json_values,
+                "allowMultipleAllocations": json_values,
+            },
+        ),
+        max_size=4,
+    ),
+    pool=json_values,
+    results=st.lists(
+        json_values
+        | st.fixed_dictionaries(
+            {
+                "driver": st.just("lj-runtimekit.aliyun.com"),
+                "pool": json_values,
+                "device": json_values,
+            },
+            optional={"consumedCapacity": json_values},
+        ),
+        max_size=3,
+    ),
+    reserved=json_values,
+)
+def test_any_slice_or_claim_is_taken_or_skipped_and_the_ledger_still_answers(
+    devices: list[Any], pool: Any, results: list[Any], reserved: Any
+) -> None:
+    """A slice or claim of any shape (a broken writer, a hostile one with RBAC to write them):
+    skipped by name or taken whole, never half; what the ledger then says never raises."""
+    inf = informers()
+    good = _slice([{"name": "d0", "attributes": {"runtimeDeviceID": {"string": "gpu-0"}}}])
+    inf._handle("resourceslices", "ADDED", good)
+    for ev in ("ADDED", "MODIFIED"):
+        inf._handle("resourceslices", ev, _slice(devices, pool))
+        inf._handle("resourceclaims", ev, _claim(results, reserved))
+    ledger = inf.state.dra
+    use = ledger.use("n1", lambda uid: False)
+    assert all(isinstance(k, str) for k in use), use
+    inf._handle("resourceclaims", "DELETED", _claim(results))
+    inf._handle("resourceslices", "DELETED", _slice(devices, pool))
+    assert ledger.use("n1", lambda uid: False) == {}
+    assert not ledger.serves("n1")

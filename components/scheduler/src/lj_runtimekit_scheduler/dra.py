@@ -38,8 +38,19 @@ EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 """kube-scheduler's mark of a claim made for a pod's extended resources (KEP-5004)."""
 CORES, MEMORY = "cores", "memory"
 GIB = 1 << 30
-_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_SUFFIX: dict[str, float] = {
+    "": 1,
+    "m": 1e-3,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+}
 _SUFFIX |= {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50}
+_SUFFIX |= {"Ei": 1 << 60}
+_MAX = 1 << 63
 
 
 class NotOffered(Exception):
@@ -47,12 +58,20 @@ class NotOffered(Exception):
 
 
 def quantity(raw: object) -> int:
-    """A Kubernetes quantity as a whole number (rounded up); malformed is a ValueError."""
+    """A Kubernetes quantity as a whole number (rounded up); malformed or beyond what the
+    apiserver holds is a ValueError."""
+    if not isinstance(raw, str | int) or isinstance(raw, bool):
+        raise ValueError(f"quantity {raw!r}: expected a string")
     text = str(raw).strip()
+    factor: float = 1
     for suffix in sorted(_SUFFIX, key=len, reverse=True):
         if suffix and text.endswith(suffix):
-            return math.ceil(float(text[: -len(suffix)]) * _SUFFIX[suffix])
-    return math.ceil(float(text))
+            text, factor = text[: -len(suffix)], _SUFFIX[suffix]
+            break
+    value = float(text) * factor
+    if not math.isfinite(value) or abs(value) >= _MAX:
+        raise ValueError(f"quantity {raw!r}: out of range")
+    return math.ceil(value)
 
 
 @dataclass(frozen=True)
@@ -81,10 +100,12 @@ def offered(raw: Json, driver: str) -> tuple[str, list[Offered]]:
     spec = raw["spec"]
     if spec.get("driver") != driver or not spec.get("nodeName"):
         return "", []
-    pool = spec["pool"]["name"]
+    pool = _text(spec["pool"]["name"])
     out = []
     for d in spec.get("devices") or ():
         attrs = d.get("attributes") or {}
+        if not isinstance(attrs, dict):
+            raise TypeError("attributes: expected an object")
         rid = _attr(attrs, "partitionID", driver) or _attr(attrs, "runtimeDeviceID", driver)
         if not rid:
             continue
@@ -92,14 +113,21 @@ def offered(raw: Json, driver: str) -> tuple[str, list[Offered]]:
         out.append(
             Offered(
                 pool,
-                d["name"],
+                _text(d["name"]),
                 rid,
                 _attr(attrs, "type", driver) or "gpu",
                 bool(d.get("allowMultipleAllocations")),
                 quantity(memory),
             )
         )
-    return spec["nodeName"], out
+    return _text(spec["nodeName"]), out
+
+
+def _text(v: object) -> str:
+    """A name from the apiserver; anything but a non-empty string is malformed (TypeError)."""
+    if not isinstance(v, str) or not v:
+        raise TypeError(f"expected a name, got {v!r}")
+    return v
 
 
 @dataclass(frozen=True)
@@ -133,9 +161,11 @@ def claim(raw: Json, driver: str) -> Claim:
         if isinstance(used, dict) and used:
             core = quantity(used.get(CORES, CORE_PER_GPU))
             mem = quantity(used.get(MEMORY, 0))
-            held.append(Held(r["pool"], r["device"], core, mem, whole=core >= CORE_PER_GPU))
+            held.append(
+                Held(_text(r["pool"]), _text(r["device"]), core, mem, whole=core >= CORE_PER_GPU)
+            )
         else:
-            held.append(Held(r["pool"], r["device"]))
+            held.append(Held(_text(r["pool"]), _text(r["device"])))
     reserved = tuple(
         str(x.get("uid", ""))
         for x in status.get("reservedFor") or ()
@@ -166,11 +196,10 @@ class Ledger:
 
     def set_slice(self, name: str, raw: Json | None) -> set[str]:
         """Add, replace (``raw``) or remove (None) a slice; the nodes whose offer changed."""
-        before = self.slices.pop(name, ("", ()))[0]
-        if raw is not None:
-            node, devices = offered(raw, self.driver)
-            if node:
-                self.slices[name] = (node, tuple(devices))
+        node, devices = offered(raw, self.driver) if raw is not None else ("", [])
+        before = self.slices.pop(name, ("", ()))[0]  # only once the new one parsed
+        if node:
+            self.slices[name] = (node, tuple(devices))
         self._index()
         return {n for n in (before, self.slices.get(name, ("", ()))[0]) if n}
 
@@ -323,8 +352,9 @@ def _share_capacity(s: Slice) -> dict[str, str]:
 def _bytes(n: int) -> str:
     """Bytes as the apiserver writes a quantity it made itself (80Gi, not 85899345920)."""
     for suffix in ("Ti", "Gi", "Mi", "Ki"):
-        if n and n % _SUFFIX[suffix] == 0:
-            return f"{n // _SUFFIX[suffix]}{suffix}"
+        unit = int(_SUFFIX[suffix])
+        if n and n % unit == 0:
+            return f"{n // unit}{suffix}"
     return str(n)
 
 
