@@ -23,13 +23,13 @@ decision is left out by the caller, so nothing is counted twice.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .gpu import Choice, Slice
 from .model import CORE_PER_GPU, DeviceUse, Pod, ResourceNames
+from .quantity import parse as parse_quantity
 
 Json = dict[str, Any]
 
@@ -38,19 +38,6 @@ EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 """kube-scheduler's mark of a claim made for a pod's extended resources (KEP-5004)."""
 CORES, MEMORY = "cores", "memory"
 GIB = 1 << 30
-_SUFFIX: dict[str, float] = {
-    "": 1,
-    "m": 1e-3,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-}
-_SUFFIX |= {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50}
-_SUFFIX |= {"Ei": 1 << 60}
-_MAX = 1 << 63
 
 
 class NotOffered(Exception):
@@ -58,20 +45,11 @@ class NotOffered(Exception):
 
 
 def quantity(raw: object) -> int:
-    """A Kubernetes quantity as a whole number (rounded up); malformed or beyond what the
-    apiserver holds is a ValueError."""
+    """A quantity of a slice or claim (:func:`.quantity.parse`); not a string or number, or
+    not a quantity, is a ValueError."""
     if not isinstance(raw, str | int) or isinstance(raw, bool):
         raise ValueError(f"quantity {raw!r}: expected a string")
-    text = str(raw).strip()
-    factor: float = 1
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if suffix and text.endswith(suffix):
-            text, factor = text[: -len(suffix)], _SUFFIX[suffix]
-            break
-    value = float(text) * factor
-    if not math.isfinite(value) or abs(value) >= _MAX:
-        raise ValueError(f"quantity {raw!r}: out of range")
-    return math.ceil(value)
+    return parse_quantity(raw)
 
 
 @dataclass(frozen=True)
@@ -175,17 +153,23 @@ def claim(raw: Json, driver: str) -> Claim:
 
 
 class Ledger:
-    """Our driver's slices and allocated claims, as the informers see them."""
+    """Our driver's slices and allocated claims, as the informers see them, indexed by node (the
+    devices it offers) and by pool (the claims holding its devices): an event touches one node,
+    a filter reads one node."""
 
     def __init__(self, driver: str = DEFAULT_DRIVER) -> None:
         self.driver = driver
         self.slices: dict[str, tuple[str, tuple[Offered, ...]]] = {}
         """slice name → (node, its devices)."""
         self.claims: dict[str, Claim] = {}
+        self._by_node: dict[str, set[str]] = {}
+        """node → names of its slices."""
         self._nodes: dict[str, dict[str, Offered]] = {}
-        """node → runtime id → the device offering it whole (rebuilt on slice changes)."""
+        """node → runtime id → the device offering it (the whole one where there are several)."""
         self._pools: dict[tuple[str, str], tuple[str, Offered]] = {}
         """(pool, device) → (node, device)."""
+        self._claims_in: dict[str, set[str]] = {}
+        """pool → uids of the claims holding a device of it."""
 
     def serves(self, node: str) -> bool:
         """Whether ``node`` publishes our devices as DRA devices."""
@@ -197,29 +181,43 @@ class Ledger:
     def set_slice(self, name: str, raw: Json | None) -> set[str]:
         """Add, replace (``raw``) or remove (None) a slice; the nodes whose offer changed."""
         node, devices = offered(raw, self.driver) if raw is not None else ("", [])
-        before = self.slices.pop(name, ("", ()))[0]  # only once the new one parsed
+        before, old = self.slices.pop(name, ("", ()))  # only once the new one parsed
+        for d in old:
+            self._pools.pop((d.pool, d.name), None)
+        self._by_node.get(before, set()).discard(name)
         if node:
             self.slices[name] = (node, tuple(devices))
-        self._index()
-        return {n for n in (before, self.slices.get(name, ("", ()))[0]) if n}
+            self._by_node.setdefault(node, set()).add(name)
+            self._pools.update({(d.pool, d.name): (node, d) for d in devices})
+        changed = {n for n in (before, node) if n}
+        for n in changed:
+            self._reindex(n)
+        return changed
 
-    def _index(self) -> None:
-        self._nodes, self._pools = {}, {}
-        for node, devices in self.slices.values():
-            by_id = self._nodes.setdefault(node, {})
-            for d in devices:
-                self._pools[(d.pool, d.name)] = (node, d)
+    def _reindex(self, node: str) -> None:
+        by_id: dict[str, Offered] = {}
+        for name in self._by_node.get(node, ()):
+            for d in self.slices[name][1]:
                 # a GPU offered whole and as partitions made on demand: the whole one names it
                 if d.runtime_id not in by_id or d.type in ("gpu", "ppu"):
                     by_id[d.runtime_id] = d
+        if by_id:
+            self._nodes[node] = by_id
+        else:
+            self._nodes.pop(node, None)
+            self._by_node.pop(node, None)
 
     def set_claim(self, raw: Json | None, uid: str = "") -> set[str]:
         """Add, replace (``raw``) or remove (``uid``) a claim; the nodes whose use changed."""
         key = str(raw["metadata"]["uid"]) if raw is not None else uid
-        old = self.claims.pop(key, None)
         new = claim(raw, self.driver) if raw is not None else None
+        old = self.claims.pop(key, None)
+        for h in old.held if old is not None else ():
+            self._claims_in.get(h.pool, set()).discard(key)
         if new is not None and new.held:
             self.claims[new.uid] = new
+            for h in new.held:
+                self._claims_in.setdefault(h.pool, set()).add(new.uid)
         return self._nodes_of(old) | self._nodes_of(new)
 
     def _nodes_of(self, c: Claim | None) -> set[str]:
@@ -232,27 +230,29 @@ class Ledger:
     def use(self, node: str, counted: Callable[[str], bool]) -> dict[str, DeviceUse]:
         """Runtime device id → what the claims on ``node`` hold of it, leaving out claims
         reserved for a pod ``counted`` says the caller already holds through its decision."""
+        pools = {d.pool for d in self._nodes.get(node, {}).values()}
+        uids = set().union(*(self._claims_in.get(p, set()) for p in pools))
         out: dict[str, DeviceUse] = {}
-        for c in self.claims.values():
+        for c in (self.claims[u] for u in uids):
             if any(counted(uid) for uid in c.reserved_for):
                 continue
             for h in c.held:
                 at = self._pools.get((h.pool, h.device))
-                if at is None or at[0] != node:
-                    continue
-                u = out.get(at[1].runtime_id, DeviceUse())
-                gib = -(-h.memory_bytes // GIB)
-                out[at[1].runtime_id] = DeviceUse(
-                    u.whole or h.whole, u.core + h.core, u.memory_gib + gib
-                )
+                if at is not None and at[0] == node:
+                    gib = -(-h.memory_bytes // GIB)
+                    _add(out, at[1].runtime_id, DeviceUse(h.whole, h.core, gib))
         return out
+
+
+def _add(into: dict[str, DeviceUse], key: str, u: DeviceUse) -> None:
+    v = into.get(key, DeviceUse())
+    into[key] = DeviceUse(v.whole or u.whole, v.core + u.core, v.memory_gib + u.memory_gib)
 
 
 def merge(a: Mapping[str, DeviceUse], b: Mapping[str, DeviceUse]) -> dict[str, DeviceUse]:
     out = dict(a)
     for k, u in b.items():
-        v = out.get(k, DeviceUse())
-        out[k] = DeviceUse(v.whole or u.whole, v.core + u.core, v.memory_gib + u.memory_gib)
+        _add(out, k, u)
     return out
 
 
@@ -351,8 +351,7 @@ def _share_capacity(s: Slice) -> dict[str, str]:
 
 def _bytes(n: int) -> str:
     """Bytes as the apiserver writes a quantity it made itself (80Gi, not 85899345920)."""
-    for suffix in ("Ti", "Gi", "Mi", "Ki"):
-        unit = int(_SUFFIX[suffix])
+    for suffix, unit in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
         if n and n % unit == 0:
             return f"{n // unit}{suffix}"
     return str(n)
