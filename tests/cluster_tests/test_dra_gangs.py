@@ -32,7 +32,6 @@ SCHEDULING = ("scheduling.k8s.io", "v1beta1")
 GROUP_TEMPLATE = "workers"
 SCHEDULED = "PodGroupInitiallyScheduled"
 SLICES = (dra.GROUP, dra.VERSION, "resourceslices")
-CLASSES = (dra.GROUP, dra.VERSION, "deviceclasses")
 
 
 def _eventually(what: str, check: Callable[[], bool], deadline_s: float = 60.0) -> None:
@@ -86,25 +85,14 @@ def pool(cluster: Cluster, namespace: str) -> Iterator[GpuPool]:
     """The test's GPU nodes (none yet); the suite's DeviceClasses and the namespace's claim
     template exist. The classes this fixture made are deleted afterwards, so that the session's
     other tests meet no extended-resource mapping (``aliyun.com/gpu`` served by DRA)."""
-    made: list[str] = []
     gpus = GpuPool(cluster)
-    try:
-        with cluster.api_client() as api:
-            for device_class in dra.device_classes():
-                try:
-                    dra.create(api, device_class)
-                    made.append(device_class["metadata"]["name"])
-                except ApiException as e:
-                    if e.status != 409:
-                        raise
-            dra.create(api, dra.claim_template(TEMPLATE, dra.claim_spec()), namespace)
-        yield gpus
-    finally:
-        gpus.remove()
-        with cluster.api_client() as api:
-            custom = client.CustomObjectsApi(api)
-            for name in made:
-                _absent(custom.delete_cluster_custom_object, *CLASSES, name)
+    with dra.suite_device_classes(cluster.api_client):
+        try:
+            with cluster.api_client() as api:
+                dra.create(api, dra.claim_template(TEMPLATE, dra.claim_spec()), namespace)
+            yield gpus
+        finally:
+            gpus.remove()
 
 
 def workload(name: str, min_count: int) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from lj_runtimekit_testkit.bench import dra
 
@@ -30,28 +29,17 @@ def dra_node(cluster: Any, gpu_cluster: Any) -> Iterator[str]:
     """A node in DRA mode: two GPUs in its NodeDevices and its shareable ResourceSlice, none
     advertised as extended resources; the suite's DeviceClasses exist."""
     (node,) = gpu_cluster.gpu_nodes(1, gpus=2, advertised=False)
-    made: list[str] = []
-    with cluster.api_client() as api:
-        for device_class in dra.device_classes():
-            try:
-                dra.create(api, device_class)
-                made.append(device_class["metadata"]["name"])
-            except ApiException as e:
-                if e.status != 409:
-                    raise
-        dra.create(api, dra.gpu_slice(node, 2, shareable=True))
-    try:
-        yield node
-    finally:
+    name = dra.gpu_slice(node)["metadata"]["name"]
+    with dra.suite_device_classes(cluster.api_client):
         with cluster.api_client() as api:
-            custom = client.CustomObjectsApi(api)
-            name = dra.gpu_slice(node)["metadata"]["name"]
-            for plural, obj in (("resourceslices", name), *(("deviceclasses", m) for m in made)):
-                try:
-                    custom.delete_cluster_custom_object(*CLAIMS, plural, obj)
-                except ApiException as e:
-                    if e.status != 404:
-                        raise
+            dra.create(api, dra.gpu_slice(node, 2, shareable=True))
+        try:
+            yield node
+        finally:
+            with cluster.api_client() as api:
+                client.CustomObjectsApi(api).delete_cluster_custom_object(
+                    *CLAIMS, "resourceslices", name
+                )
 
 
 def claims(gpu_cluster: Any) -> dict[str, dict[str, Any]]:

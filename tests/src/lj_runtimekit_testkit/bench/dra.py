@@ -11,12 +11,15 @@ written here from the same rules: one pool per node named after it, one device p
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -236,6 +239,33 @@ def create(api: client.ApiClient, body: dict[str, Any], namespace: str | None = 
         custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
     else:
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+
+
+@contextlib.contextmanager
+def suite_device_classes(api_client: Callable[[], Any]) -> Iterator[None]:
+    """The suite's DeviceClasses while the block runs; those it made (not those that existed)
+    are deleted after it, so that other tests of the session meet no extended-resource mapping
+    (``aliyun.com/gpu`` served by DRA). ``api_client``: a fresh client per use (a context)."""
+    made: list[str] = []
+    try:
+        with api_client() as api:
+            for device_class in device_classes():
+                try:
+                    create(api, device_class)
+                    made.append(device_class["metadata"]["name"])
+                except ApiException as e:
+                    if e.status != 409:
+                        raise
+        yield
+    finally:
+        with api_client() as api:
+            custom: Any = client.CustomObjectsApi(api)
+            for name in made:
+                try:
+                    custom.delete_cluster_custom_object(GROUP, VERSION, "deviceclasses", name)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
 
 
 def delete_claims(api: client.ApiClient, namespace: str, deadline_s: float = 300.0) -> bool:
