@@ -346,7 +346,13 @@ def load_noting(
         values["plugins"] = plugins(values["plugins"])
     if "topology_labels" in values:
         values["topology_labels"] = topology_labels(values["topology_labels"])
-    return Settings(**values), old_notes + notes
+    try:
+        return Settings(**values), old_notes + notes
+    except ConfigError as e:
+        # a value may come from a deprecated key of the file, which the message cannot name
+        if flags.get("config"):
+            raise ConfigError(f"{e} (flags, environment or {flags['config']})") from e
+        raise
 
 
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
