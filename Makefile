@@ -16,6 +16,12 @@ REGISTRY ?= lj-runtimekit-registry.cn-hangzhou.cr.aliyuncs.com/lj-runtimekit
 NODES ?= 3
 REAL_NODES ?= 0
 PYTEST_ARGS ?=
+# pytest-xdist workers of `make test` (the suite mostly waits on control planes and nodes, so more
+# workers than cores pay off; `0` runs it in one process).
+TEST_WORKERS ?= 3
+# What lint and images need first; `make test`'s clock sets it empty, having run setup once
+# (two setups side by side would write the stubs at the same time).
+SETUP ?= setup
 
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
@@ -46,19 +52,29 @@ buf: $(BUF) ## buf lint and buf breaking against the released v1.13.0 interface
 	cd proto && ../$(BUF) breaking --against released/v1.13.0
 
 .PHONY: lint
-lint: setup buf ## ruff, mypy --strict, import-linter contracts, buf lint/breaking
+lint: $(SETUP) buf ## ruff, mypy --strict, import-linter contracts, buf lint/breaking
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	tests/tools/typecheck.sh
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/shape_tests/test_drift.py
 
-.PHONY: k8s-bin
-k8s-bin: ## build (first time) the test control plane, real-node binaries and Prometheus into ~/.cache/lj-runtimekit
+# The five Go builds, in two chains that `make -j2 k8s-bin` (as `make test` runs it) builds side by
+# side. Within a chain a build reuses what the one before put in the Go build cache (the kubelet
+# shares most packages with the control plane, nerdctl containerd's with the node's); two builds
+# of the same packages at once would both compile them.
+BINARY_BUILDS := control-plane node registry nerdctl prometheus
+.PHONY: k8s-bin $(addprefix k8s-bin-,$(BINARY_BUILDS))
+k8s-bin: $(addprefix k8s-bin-,$(BINARY_BUILDS)) ## build (first time) the test control plane, real-node binaries and Prometheus into ~/.cache/lj-runtimekit
+k8s-bin-control-plane:
 	tests/cluster/build-binaries.sh
+k8s-bin-node: | k8s-bin-control-plane
 	tests/cluster/build-node-binaries.sh
+k8s-bin-registry:
 	tests/cluster/build-registry.sh >/dev/null
+k8s-bin-nerdctl: | k8s-bin-node
 	tests/cluster/build-nerdctl.sh >/dev/null
+k8s-bin-prometheus: | k8s-bin-registry
 	tests/monitoring_tests/build-prometheus.sh >/dev/null
 
 .PHONY: isolation
@@ -70,9 +86,20 @@ isolation: $(UV) ## each component's tests in a venv that holds only that compon
 	done
 
 .PHONY: test
-test: lint k8s-bin images ## lint, then every package's tests and tests/, real nodes included (the README's test command)
-	$(VENV)/bin/pytest $(PYTEST_ARGS) tests $(wildcard $(foreach c,$(COMPONENTS),components/$(c)/tests))
-	$(MAKE) --no-print-directory isolation
+test: ## everything from nothing, phases side by side, ending with their clock (the README's test command)
+	$(PYTHON) tests/tools/phases.py --make "$(MAKE)" --workers $(TEST_WORKERS)
+
+# Test files run whole on one worker each (module fixtures start once), longest first
+# (tests/durations.json); the seconds each file took go to build/test-durations.json.
+.PHONY: test-suite
+test-suite: ## every package's tests and tests/, real nodes included, in TEST_WORKERS workers
+	$(VENV)/bin/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) \
+	  --durations=20 --lj-durations-out=$(BUILD)/test-durations.json \
+	  $(PYTEST_ARGS) tests $(wildcard $(foreach c,$(COMPONENTS),components/$(c)/tests))
+
+.PHONY: test-durations
+test-durations: ## refresh tests/durations.json (the parallel order) from the last test-suite run
+	cp $(BUILD)/test-durations.json tests/durations.json
 
 .PHONY: bench
 bench: setup k8s-bin ## benchmarks; figures in build/bench/<component>.json and a table
@@ -109,7 +136,7 @@ docker: generate ## build the component images, each tagged with its own version
 	    $(if $(UV_IMAGE),--set '*.args.UV_IMAGE=$(UV_IMAGE)') $(COMPONENTS))
 
 .PHONY: images
-images: setup ## the same images with buildah, no Docker engine: OCI archives + index.json in build/images
+images: $(SETUP) ## the same images with buildah, no Docker engine: OCI archives + index.json in build/images
 	REGISTRY=$(REGISTRY) COMPONENTS="$(COMPONENTS)" UV=$(UV) OUT=$(BUILD)/images $(image_versions) \
 	  PYTHON_IMAGE=$(PYTHON_IMAGE) UV_IMAGE=$(UV_IMAGE) tests/images/build-images.sh
 

@@ -18,6 +18,13 @@ if [[ -x "$out/registry" && -x "$out/crane" ]]; then
   exit 0
 fi
 
+# One build of this entry at a time (make test's phases, a demo or a second clone beside it): the
+# second waits for the first, then finds the result.
+mkdir -p "$(dirname "$out")"
+exec 9>"$out.lock"
+flock 9
+if [[ -x "$out/registry" && -x "$out/crane" ]]; then echo "$out"; exit 0; fi
+
 command -v go >/dev/null || { echo "go not found: the registry and crane are built with the Go toolchain" >&2; exit 1; }
 step() { echo "[registry-binaries] $*" >&2; }
 # Runs a chatty command quietly; its output goes to stderr only when it fails.

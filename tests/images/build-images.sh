@@ -4,7 +4,8 @@
 # from): each image is tagged as deploy/ expects and written as an OCI archive to
 # $OUT/<component>.tar, with $OUT/index.json listing {component, image, archive, digest}.
 # An image whose inputs (Dockerfile, build context, build args, base and uv images) did not change
-# is not rebuilt.
+# is not rebuilt: each built archive is also kept under the cache (~/.cache/lj-runtimekit/images/
+# built/<component>-<inputs>.tar, the last two per component), so a fresh clone links it instead.
 #
 # Environment (the Makefile sets them):
 #   REGISTRY            image registry/namespace (default: docker-bake.hcl's REGISTRY)
@@ -28,6 +29,11 @@ read -r -a components <<< "${COMPONENTS:-${all_components[*]}}"
 out=${OUT:-build/images}
 mkdir -p "$out"
 total_start=$SECONDS
+store=${LJ_RUNTIMEKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lj-runtimekit}/images/built
+mkdir -p "$store"
+# One build into $out at a time (a demo beside make test): the second waits, then finds them built.
+exec 9>"$out/.build.lock"
+flock 9
 
 bake_default() { # the default of a docker-bake.hcl variable
   awk -v v="\"$1\"" '$1 == "variable" && $2 == v {f = 1} f && $1 == "default" {
@@ -101,6 +107,14 @@ for c in "${components[@]}"; do
   sidecar=$out/$c.json
   if [[ -f $out/$c.tar && -f $sidecar ]] && grep -q "\"inputs\": \"$key\"" "$sidecar"; then
     echo "== $c: up to date ($ref)" >&2
+    [[ -f $store/$c-$key.tar ]] || { cp "$out/$c.tar" "$store/.$c-$key.tar.partial" &&
+      mv "$store/.$c-$key.tar.partial" "$store/$c-$key.tar" && cp "$sidecar" "$store/$c-$key.json"; }
+    continue
+  fi
+  if [[ -f $store/$c-$key.tar && -f $store/$c-$key.json ]]; then
+    ln -f "$store/$c-$key.tar" "$out/$c.tar" 2>/dev/null || cp "$store/$c-$key.tar" "$out/$c.tar"
+    cp "$store/$c-$key.json" "$sidecar"
+    echo "== $c: from the cache ($ref, $store/$c-$key.tar)" >&2
     continue
   fi
   start=$SECONDS
@@ -127,6 +141,10 @@ for c in "${components[@]}"; do
   rm -rf "$layout"
   printf '{"component": "%s", "image": "%s", "digest": "%s", "inputs": "%s"}\n' \
     "$c" "$ref" "$digest" "$key" > "$sidecar"
+  # Into the cache (a copy: $out may be on another filesystem), keeping this and the one before.
+  cp "$out/$c.tar" "$store/.$c-$key.tar.partial" && mv "$store/.$c-$key.tar.partial" "$store/$c-$key.tar"
+  cp "$sidecar" "$store/$c-$key.json"
+  ls -t "$store/$c"-*.tar | tail -n +3 | while read -r old; do rm -f "$old" "${old%.tar}.json"; done
   echo "== $c: built in $((SECONDS - start)) s, $(du -h "$out/$c.tar" | cut -f1) → $out/$c.tar ($digest)" >&2
   built=$((built + 1))
 done

@@ -8,6 +8,13 @@ set -euo pipefail
 version=${PROMETHEUS_MODULE_VERSION:-v0.316.0}
 cache=${LJ_RUNTIMEKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lj-runtimekit}/prometheus-k8s/$version
 if [[ -x "$cache/prometheus" ]]; then echo "$cache/prometheus"; exit 0; fi
+
+# One build of this entry at a time (make test's phases, a demo or a second clone beside it): the
+# second waits for the first, then finds the result.
+mkdir -p "$(dirname "$cache")"
+exec 9>"$cache.lock"
+flock 9
+if [[ -x "$cache/prometheus" ]]; then echo "$cache/prometheus"; exit 0; fi
 command -v go >/dev/null || { echo "need the Go toolchain to build Prometheus" >&2; exit 1; }
 mkdir -p "$cache"
 echo "== building Prometheus $version with Kubernetes discovery (once, into $cache)" >&2

@@ -10,6 +10,13 @@ cache=${LJ_RUNTIMEKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lj-runtimekit}/debi
 root="$cache/$package/root"
 if [[ -x "$root/$binary" ]]; then echo "$root/$binary"; exit 0; fi
 if [[ -x "/$binary" ]]; then echo "/$binary"; exit 0; fi
+
+# One build of this entry at a time (make test's phases, a demo or a second clone beside it): the
+# second waits for the first, then finds the result.
+mkdir -p "$(dirname "$cache/$package")"
+exec 9>"$cache/$package.lock"
+flock 9
+if [[ -x "$root/$binary" ]]; then echo "$root/$binary"; exit 0; fi
 mkdir -p "$cache/$package"
 cd "$cache/$package"
 if ! apt-get download "$package" >/dev/null 2>&1; then

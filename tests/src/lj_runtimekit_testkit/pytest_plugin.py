@@ -9,4 +9,5 @@ pytest_plugins = [
     "lj_runtimekit_testkit.cluster.fixtures",
     "lj_runtimekit_testkit.kubelet.fixtures",
     "lj_runtimekit_testkit.registry",
+    "lj_runtimekit_testkit.workers",
 ]

@@ -163,6 +163,28 @@ class GpuCluster:
         pod = self.core.read_namespaced_pod(name, self.namespace)
         return dict(json.loads(pod.metadata.annotations[ASSIGNMENT]))
 
+    def refused(self, name: str, text: str = "") -> bool:
+        """The pod's scheduler recorded FailedScheduling for it (with ``text`` in the message)."""
+        return any(e.startswith("FailedScheduling:") and text in e for e in self.events(name))
+
+    async def wait_refused(self, names: list[str], text: str = "", deadline_s: float = 60) -> None:
+        """Until one of ``names`` was refused with ``text``: the moment at which "it stays
+        pending" means the scheduler decided so (a fixed sleep also passes a scheduler that is
+        only slow)."""
+        await until(
+            f"FailedScheduling {text!r} on one of {names}",
+            lambda: any(self.refused(n, text) for n in names) or None,
+            deadline_s,
+        )
+
+    async def wait_decided(self, names: list[str], deadline_s: float = 60) -> None:
+        """Until every pod of ``names`` is bound or refused by its scheduler."""
+        await until(
+            f"pods {names} bound or refused",
+            lambda: all(self.node_of(n) or self.refused(n) for n in names) or None,
+            deadline_s,
+        )
+
     def events(self, name: str) -> list[str]:
         evs = self.core.list_namespaced_event(
             self.namespace, field_selector=f"involvedObject.name={name}"

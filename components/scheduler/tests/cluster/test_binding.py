@@ -3,7 +3,6 @@ and the same verdicts as kube-scheduler on identical pods."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +47,7 @@ async def test_gang_waits_whole_then_lands_in_one_block(
     first = [
         gpu_cluster.pod(f"g-{i}", {"aliyun.com/gpu": "4"}, annotations=group) for i in range(3)
     ]
-    await asyncio.sleep(2)
+    await gpu_cluster.wait_refused(first, "waiting for 1 more of 4")
     assert not any(gpu_cluster.nodes_of(first).values())
     last = gpu_cluster.pod("g-3", {"aliyun.com/gpu": "4"}, annotations=group)
     bound = await gpu_cluster.wait_bound([*first, last])
@@ -67,7 +66,7 @@ async def test_oversized_gang_binds_nothing(
     names = [
         gpu_cluster.pod(f"b-{i}", {"aliyun.com/gpu": "4"}, annotations=group) for i in range(3)
     ]
-    await asyncio.sleep(3)
+    await gpu_cluster.wait_refused(names, "does not fit in any one domain")
     assert not any(gpu_cluster.nodes_of(names).values())
 
 
@@ -110,7 +109,7 @@ async def test_an_exclusive_block_gang_waits_whole_when_no_block_holds_it(
         gpu_cluster.pod(f"wide-{i}", {"aliyun.com/gpu": "4"}, labels=labels, annotations=exclusive)
         for i in range(6)
     ]
-    await asyncio.sleep(3)
+    await gpu_cluster.wait_refused(names, "does not fit in any one domain")
     assert not any(gpu_cluster.nodes_of(names).values())
     # a third node in block x0 makes it hold the gang: it lands there whole
     more = gpu_cluster.gpu_nodes(1, gpus=8, labels={"network.topology/block": "x0"})
@@ -144,7 +143,7 @@ async def test_two_competing_gangs_both_complete_as_capacity_frees(
 
     winner = await gpu_cluster.until("one gang bound whole", one_whole, 60)
     loser = y if winner is x else x
-    await asyncio.sleep(2)
+    await gpu_cluster.wait_refused(loser, "does not fit in any one domain")
     assert not any(gpu_cluster.nodes_of(loser).values()), "the waiting gang holds nothing"
     for name in winner:
         gpu_cluster.core.delete_namespaced_pod(name, gpu_cluster.namespace, grace_period_seconds=0)
@@ -192,7 +191,7 @@ async def test_standard_constraints_match_kube_scheduler(
                 extra["nodeSelector"] = {"sched-test": gpu_cluster.tag, "nope": "x"}
             gpu_cluster.pod(name, limits, scheduler=who, **extra)
             names.append((case, name))
-    await asyncio.sleep(5)
+    await gpu_cluster.wait_decided([name for _, name in names])
     verdicts: dict[str, list[bool]] = {}
     for case, name in names:
         verdicts.setdefault(case, []).append(gpu_cluster.node_of(name) is not None)
@@ -219,7 +218,7 @@ async def test_host_port_is_given_once_per_node(
         return any(gpu_cluster.nodes_of(names).values())
 
     await gpu_cluster.until("one port pod bound", one_bound)
-    await asyncio.sleep(2)
+    await gpu_cluster.wait_refused(names, "free ports")
     assert sum(1 for n in gpu_cluster.nodes_of(names).values() if n) == 1
     lost = next(n for n, node in gpu_cluster.nodes_of(names).items() if not node)
     assert any("free ports" in e for e in gpu_cluster.events(lost))

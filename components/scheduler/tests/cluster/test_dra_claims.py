@@ -8,7 +8,6 @@ such a pod on a real node)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -106,7 +105,7 @@ async def test_our_pods_get_claims_beside_kube_schedulers_and_free_them_with_the
 
     # the node's GPUs: one whole to kube-scheduler's pod, 60 % of the other to ours
     whole = gpu_cluster.pod("whole", {"aliyun.com/gpu": "1"})
-    await asyncio.sleep(3)
+    await gpu_cluster.wait_refused([whole])
     assert gpu_cluster.node_of(whole) is None
     for name in shares:
         gpu_cluster.core.delete_namespaced_pod(name, gpu_cluster.namespace, grace_period_seconds=0)
@@ -131,7 +130,7 @@ async def test_a_gang_of_shares_is_placed_whole_on_a_dra_node(
         "lj-runtimekit-scheduler/pod-group-size": "3",
     }
     first = [gpu_cluster.pod(f"g-{i}", SHARE, annotations=group) for i in range(2)]
-    await asyncio.sleep(2)
+    await gpu_cluster.wait_refused(first, "waiting for 1 more of 3")
     assert not any(gpu_cluster.nodes_of(first).values())  # waits for its third member
     last = gpu_cluster.pod("g-2", SHARE, annotations=group)
     bound = await gpu_cluster.wait_bound([*first, last])

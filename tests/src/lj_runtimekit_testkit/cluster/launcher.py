@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import functools
+import os
 import shutil
 import signal
 import socket
@@ -58,10 +60,36 @@ def _exit_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
+# Ports handed out by any harness process on this host in the last PORT_HOLD_S seconds. A port
+# is free when asked for but bound only later by the binary given it; parallel test workers (and
+# a demo beside them) would otherwise be given the same one in between.
+PORTS_FILE = Path(tempfile.gettempdir()) / "lj-runtimekit-ports"
+PORT_HOLD_S = 120.0
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that is free now and no other harness process was given recently."""
+    with PORTS_FILE.with_suffix(".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        now = time.time()
+        held: dict[int, float] = {}
+        with contextlib.suppress(OSError, ValueError):
+            for entry in PORTS_FILE.read_text().split():
+                given, _, when = entry.partition("@")
+                if now - float(when) < PORT_HOLD_S:
+                    held[int(given)] = float(when)
+        port = 0
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port not in held:
+                break
+        held[port] = now
+        tmp = PORTS_FILE.with_suffix(f".{os.getpid()}")
+        tmp.write_text(" ".join(f"{p}@{w}" for p, w in held.items()))
+        tmp.replace(PORTS_FILE)
+        return port
 
 
 def _https_ok(url: str, context: ssl.SSLContext) -> bool:
