@@ -32,6 +32,13 @@ if have_all "$out"; then
   exit 0
 fi
 
+# One build of this entry at a time (make test's phases, a demo or a second clone beside it): the
+# second waits for the first, then finds the result.
+mkdir -p "$(dirname "$out")"
+exec 9>"$out.lock"
+flock 9
+if have_all "$out"; then echo "$out"; exit 0; fi
+
 command -v go >/dev/null || { echo "go not found: the test control plane is built with the Go toolchain" >&2; exit 1; }
 proxy=${GOPROXY:-$(go env GOPROXY)}
 proxy=${proxy%%,*}
