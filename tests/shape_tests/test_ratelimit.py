@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -72,3 +74,35 @@ async def test_wait_cancelled_hands_the_token_back() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiter
     assert bucket.tokens > -1  # the reserved token came back
+
+
+async def test_a_waiter_preempted_between_reserving_and_sleeping_still_goes_before_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A busy machine (make test's parallel workers) preempts the 10th waiter for 5 ms right
+    # after it reserved: it must still wake before the 11th (it woke after it when the wait
+    # read the clock a second time).
+    jump = [0.0]
+
+    def clock() -> float:
+        return time.monotonic() + jump[0]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "time", clock)
+    bucket = TokenBucket(qps=2000, burst=1, clock=clock)
+    reserve, calls = bucket.reserve, itertools.count()
+
+    def preempted() -> float:
+        delay = reserve()
+        if next(calls) == 10:
+            jump[0] += 0.005
+        return delay
+
+    monkeypatch.setattr(bucket, "reserve", preempted)
+    order: list[int] = []
+
+    async def one(i: int) -> None:
+        await bucket.wait()
+        order.append(i)
+
+    await asyncio.gather(*(one(i) for i in range(30)))
+    assert order == list(range(30))

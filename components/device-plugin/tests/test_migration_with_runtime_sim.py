@@ -153,7 +153,7 @@ async def rig(runtime_sim: Any, tmp_path: Path) -> AsyncIterator[Rig]:
     await client.close()
 
 
-async def _until(cond: Callable[[], bool], within_s: float = 10.0, what: str = "") -> None:
+async def _until(cond: Callable[[], bool], within_s: float = 30.0, what: str = "") -> None:
     deadline = asyncio.get_running_loop().time() + within_s
     while not cond():
         assert asyncio.get_running_loop().time() < deadline, f"{what or 'condition'} not met"

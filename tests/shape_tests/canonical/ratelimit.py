@@ -13,6 +13,7 @@ order they asked, and none is starved by later ones that happened to wake first.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 
@@ -28,6 +29,7 @@ class TokenBucket:
         self.qps, self.burst, self.clock = qps, max(1, burst), clock
         self.tokens = float(self.burst)
         self.at = clock()
+        self._last_due = -math.inf  # the event loop time the latest waiter wakes at
 
     def reserve(self) -> float:
         """Take the next token; seconds until it is due (0: now). The caller must wait that
@@ -47,8 +49,22 @@ class TokenBucket:
         delay = self.reserve()
         if delay <= 0:
             return
+        # Each waiter wakes strictly after the one that reserved before it, at a time fixed now:
+        # `asyncio.sleep(delay)` reads the clock again later, and a waiter preempted in between
+        # (a busy machine) would wake after the next one.
+        loop = asyncio.get_running_loop()
+        due = max(loop.time() + delay, math.nextafter(self._last_due, math.inf))
+        self._last_due = due
+        woken = loop.create_future()
+        timer = loop.call_at(due, _wake, woken)
         try:
-            await asyncio.sleep(delay)
+            await woken
         except asyncio.CancelledError:
+            timer.cancel()
             self.cancel()
             raise
+
+
+def _wake(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)

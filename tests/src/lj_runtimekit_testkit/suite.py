@@ -213,12 +213,17 @@ class _UnixConnection(http.client.HTTPConnection):
     def connect(self) -> None:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(5)
-        s.connect(str(self.path))
+        try:
+            s.connect(str(self.path))
+        except OSError:
+            s.close()  # else it is left to the garbage collector, a ResourceWarning in a later test
+            raise
         self.sock = s
 
 
 def _control(node: RealNode, method: str, route: str, body: dict[str, Any] | None) -> Any:
-    conn = _UnixConnection(node.host_path(f"{RUNTIME_SOCKETS}/control.sock"))
+    # live_path: short enough for a unix socket address whatever the work dir (a worker's is longer)
+    conn = _UnixConnection(Path(node.live_path(f"{RUNTIME_SOCKETS}/control.sock")))
     try:
         conn.request(method, route, body=None if body is None else json.dumps(body))
         return json.loads(conn.getresponse().read() or b"{}")
