@@ -145,11 +145,12 @@ class Rig:
 
 
 @pytest.fixture
-async def rig(runtime_sim: Any, tmp_path: Path) -> AsyncIterator[Rig]:
+async def rig(runtime_sim: Any, kubelet_dir: Path) -> AsyncIterator[Rig]:
     client = RuntimeClient(str(runtime_sim.socket_dir), 5.0)
     devices = await client.list_devices()
     names = device_names(devices)
-    yield Rig(client, devices, names, Apiserver(), PodResources(), tmp_path)
+    # the DRA socket goes under it: a parallel worker's tmp_path is too long for a unix socket
+    yield Rig(client, devices, names, Apiserver(), PodResources(), kubelet_dir)
     await client.close()
 
 

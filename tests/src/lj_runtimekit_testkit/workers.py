@@ -89,7 +89,14 @@ class _Clock:
         tmp.replace(self.out)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    # A worker's temp dir is <basetemp>/popen-gwN: shortened to gwN, since unix socket paths under
+    # tmp_path must stay within 108 bytes (before the tmpdir plugin reads the option).
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    base = getattr(config.option, "basetemp", None)
+    if worker and base and Path(base).name == f"popen-{worker}":
+        config.option.basetemp = str(Path(base).with_name(worker))
     out = config.getoption("--lj-durations-out")
     if out:
         config.pluginmanager.register(_Clock(Path(out)), "lj-durations")
