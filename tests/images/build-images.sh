@@ -93,6 +93,14 @@ files_sum() {
 }
 workspace_sum=$(files_sum pyproject.toml uv.lock proto tests/pyproject.toml components/*/pyproject.toml)
 
+# An archive of $out into the cache (a copy: $out may be on another filesystem), keeping this one
+# and the one before per component.
+keep() { # component inputs-key
+  cp "$out/$1.tar" "$store/.$1-$2.tar.partial" && mv "$store/.$1-$2.tar.partial" "$store/$1-$2.tar"
+  cp "$out/$1.json" "$store/$1-$2.json"
+  ls -t "$store/$1"-*.tar | tail -n +3 | while read -r old; do rm -f "$old" "${old%.tar}.json"; done
+}
+
 built=0
 for c in "${components[@]}"; do
   var=$(echo "$c" | tr a-z- A-Z_)_VERSION
@@ -107,8 +115,7 @@ for c in "${components[@]}"; do
   sidecar=$out/$c.json
   if [[ -f $out/$c.tar && -f $sidecar ]] && grep -q "\"inputs\": \"$key\"" "$sidecar"; then
     echo "== $c: up to date ($ref)" >&2
-    [[ -f $store/$c-$key.tar ]] || { cp "$out/$c.tar" "$store/.$c-$key.tar.partial" &&
-      mv "$store/.$c-$key.tar.partial" "$store/$c-$key.tar" && cp "$sidecar" "$store/$c-$key.json"; }
+    [[ -f $store/$c-$key.tar ]] || keep "$c" "$key"
     continue
   fi
   if [[ -f $store/$c-$key.tar && -f $store/$c-$key.json ]]; then
@@ -141,10 +148,7 @@ for c in "${components[@]}"; do
   rm -rf "$layout"
   printf '{"component": "%s", "image": "%s", "digest": "%s", "inputs": "%s"}\n' \
     "$c" "$ref" "$digest" "$key" > "$sidecar"
-  # Into the cache (a copy: $out may be on another filesystem), keeping this and the one before.
-  cp "$out/$c.tar" "$store/.$c-$key.tar.partial" && mv "$store/.$c-$key.tar.partial" "$store/$c-$key.tar"
-  cp "$sidecar" "$store/$c-$key.json"
-  ls -t "$store/$c"-*.tar | tail -n +3 | while read -r old; do rm -f "$old" "${old%.tar}.json"; done
+  keep "$c" "$key"
   echo "== $c: built in $((SECONDS - start)) s, $(du -h "$out/$c.tar" | cut -f1) → $out/$c.tar ($digest)" >&2
   built=$((built + 1))
 done
