@@ -71,7 +71,8 @@ def tools(cluster: Cluster) -> Iterator[Tools]:
     t.run("helm", "uninstall", RELEASE, "-n", NS, "--wait")
     t.run("kubectl", "delete", "namespace", NS, "--wait=false")
     # What Helm leaves on purpose (crds/), so that later modules start from a clean cluster.
-    t.run("kubectl", "delete", "crd", "nodedevices.lj-runtimekit.aliyun.com", "--ignore-not-found")
+    for crd in sorted((CHART / "crds").glob("*.yaml")):
+        t.run("kubectl", "delete", "crd", crd.stem, "--ignore-not-found")
 
 
 @pytest.fixture(scope="module")

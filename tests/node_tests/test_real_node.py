@@ -11,14 +11,13 @@ import json
 import os
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from lj_runtimekit_testkit.cluster.handle import Cluster
 from lj_runtimekit_testkit.node import RealNode
@@ -133,8 +132,24 @@ def test_a_bridge_network_pod_reaches_the_apiserver_through_the_kubernetes_servi
     assert "https://10.96.0.1:443/version: 200" in out, out
 
 
+@pytest.fixture
+def lj_runtime_class(cluster: Cluster) -> Iterator[str]:
+    """The RuntimeClass ``lj-runtime`` for one test, deleted after it (the cluster is shared)."""
+    with cluster.api_client() as api:
+        node_api = client.NodeV1Api(api)
+        node_api.create_runtime_class(
+            client.V1RuntimeClass(
+                metadata=client.V1ObjectMeta(name="lj-runtime"), handler="lj-runtime"
+            )
+        )
+        try:
+            yield "lj-runtime"
+        finally:
+            node_api.delete_runtime_class("lj-runtime")
+
+
 def test_an_lj_runtime_pod_runs_through_the_standin_which_records_it(
-    real_node: RealNode, core: client.CoreV1Api, cluster: Cluster, namespace: str
+    real_node: RealNode, core: client.CoreV1Api, lj_runtime_class: str, namespace: str
 ) -> None:
     config = real_node.host_path("/etc/containerd/config.toml")
     if "runtimes.lj-runtime]" not in config.read_text():
@@ -142,19 +157,12 @@ def test_an_lj_runtime_pod_runs_through_the_standin_which_records_it(
         real_node.exec(["systemctl", "restart", "containerd"])  # as the job agent does
     dump = real_node.exec(["containerd", "config", "dump"]).stdout
     assert "/usr/local/harp/kitC/xpu-container-runtime" in dump
-    with cluster.api_client() as api:
-        node_api = client.NodeV1Api(api)
-        try:
-            node_api.create_runtime_class(
-                client.V1RuntimeClass(
-                    metadata=client.V1ObjectMeta(name="lj-runtime"), handler="lj-runtime"
-                )
-            )
-        except ApiException as e:
-            if e.status != 409:
-                raise
     pod = probe_pod(
-        "lj-runtime-pod", real_node, ["sleep"], runtime_class="lj-runtime", env={"MARK": namespace}
+        "lj-runtime-pod",
+        real_node,
+        ["sleep"],
+        runtime_class=lj_runtime_class,
+        env={"MARK": namespace},
     )
     running = run_pod(core, namespace, pod)
     uid = running.metadata.uid

@@ -39,10 +39,12 @@ class Running:
         return await asyncio.wait_for(self.task, 30)
 
 
-@pytest.fixture(scope="session")
-def policy_crd(cluster: Any) -> None:
-    """The CRD as deploy/ ships it (the install step, not the operator's job), Established."""
+@pytest.fixture(scope="module")
+def policy_crd(cluster: Any) -> Iterator[None]:
+    """The CRD as deploy/ ships it (the install step, not the operator's job), Established for
+    the test file and deleted after it (the worker's cluster is shared with other files)."""
     body = yaml.safe_load(CRD.read_text())
+    name = body["metadata"]["name"]
     with cluster.api_client() as api:
         ext = client.ApiextensionsV1Api(api)
         try:
@@ -50,16 +52,33 @@ def policy_crd(cluster: Any) -> None:
         except ApiException as e:
             if e.status != 409:
                 raise
-            current: Any = ext.read_custom_resource_definition(body["metadata"]["name"])
+            current: Any = ext.read_custom_resource_definition(name)
             body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
-        deadline = time.monotonic() + 30
+            ext.replace_custom_resource_definition(name, body)
+        _until_established(ext, name)
+        yield
+        with contextlib.suppress(ApiException):
+            ext.delete_custom_resource_definition(name)
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            crd = ext.read_custom_resource_definition(body["metadata"]["name"])
-            conds = crd.status.conditions or [] if crd.status else []
-            if any(c.type == "Established" and c.status == "True" for c in conds):
-                return
-            time.sleep(0.1)
+            try:
+                ext.read_custom_resource_definition(name)
+            except ApiException as e:
+                if e.status == 404:
+                    return
+                raise
+            time.sleep(0.2)
+        raise AssertionError(f"the CRD {name} was not deleted within 60 s")
+
+
+def _until_established(ext: client.ApiextensionsV1Api, name: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        crd = ext.read_custom_resource_definition(name)
+        conds = crd.status.conditions or [] if crd.status else []
+        if any(c.type == "Established" and c.status == "True" for c in conds):
+            return
+        time.sleep(0.1)
     raise AssertionError("the RuntimeKitPolicy CRD did not become Established")
 
 

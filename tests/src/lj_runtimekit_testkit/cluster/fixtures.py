@@ -9,10 +9,16 @@ fails them with what failed.
 
 A failed test that used ``cluster`` gets the tail of every binary's log in its report, and one that
 used a real node the tails of its supervisor, containerd and kubelet logs.
+
+The cluster is shared by every test file a worker runs, in an order that changes with the
+durations file, so a file must leave no cluster-scoped object behind (a RuntimeClass left by one
+file made the next file's ``helm install`` refuse to adopt it): the file's last test errors at
+teardown naming what was left, see ``LEFT_BEHIND_KINDS``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Generator, Iterator
@@ -30,6 +36,70 @@ from lj_runtimekit_testkit.node import RealNode, RealNodeError, RealNodes, host_
 
 REAL_NODE_INVENTORY = "gpu-8x-nvlink"
 _node_network_error: list[str] = []
+
+# Cluster-scoped kinds whose names collide between test files (a suite's RBAC, its RuntimeClass,
+# CRDs, DeviceClasses, admission policies), by their list path.
+LEFT_BEHIND_KINDS = {
+    "RuntimeClass": "/apis/node.k8s.io/v1/runtimeclasses",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    "DeviceClass": "/apis/resource.k8s.io/v1/deviceclasses",
+    "ValidatingAdmissionPolicy": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+    ),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+    ),
+    "ValidatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    ),
+    "MutatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    ),
+    "PriorityClass": "/apis/scheduling.k8s.io/v1/priorityclasses",
+}
+# The cluster of this process (one per xdist worker) once started, and what it held then.
+_started: list[tuple[Cluster, frozenset[str]]] = []
+
+
+def cluster_scoped_objects(cluster: Cluster) -> frozenset[str]:
+    """``Kind/name`` of every live object of ``LEFT_BEHIND_KINDS`` (one being deleted is gone)."""
+    names: set[str] = set()
+    with cluster.api_client() as api:
+        for kind, path in LEFT_BEHIND_KINDS.items():
+            resp = api.call_api("GET", api.configuration.host + path)
+            resp.read()
+            assert resp.status == 200, f"GET {path}: {resp.status} {resp.data!r}"
+            for item in json.loads(resp.data)["items"]:
+                if not item["metadata"].get("deletionTimestamp"):
+                    names.add(f"{kind}/{item['metadata']['name']}")
+    return frozenset(names)
+
+
+def _left_behind(before: frozenset[str], cluster: Cluster, grace_s: float = 30.0) -> list[str]:
+    """What a file created and did not delete; a deletion it started gets ``grace_s`` to end."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        left = sorted(cluster_scoped_objects(cluster) - before)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _file_leaves_the_cluster_as_found() -> Iterator[None]:
+    """Errors the file's last test when the file left a cluster-scoped object behind."""
+    before = cluster_scoped_objects(_started[0][0]) if _started else None
+    yield
+    if not _started:
+        return
+    shared, at_start = _started[0]
+    left = _left_behind(at_start if before is None else before, shared)
+    assert not left, (
+        "this test file left cluster-scoped objects on the worker's shared cluster; the next "
+        f"file would meet them: {', '.join(left)}"
+    )
 
 
 _REAL_NODE_FIXTURES = {"real_node", "real_nodes"}
@@ -61,9 +131,12 @@ def cluster(
         _node_network_error.append(f"the control plane's node network: {e}")
         control_plane = ControlPlane(work_dir=tmp_path_factory.mktemp("cluster"))
         control_plane.start()
+    shared = Cluster.from_control_plane(control_plane)
+    _started.append((shared, cluster_scoped_objects(shared)))
     try:
-        yield Cluster.from_control_plane(control_plane)
+        yield shared
     finally:
+        _started.clear()
         control_plane.stop()
 
 
