@@ -141,9 +141,7 @@ async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
 def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
     """Exit 0 after a signal; 1 when a task failed, the Lease was lost, the port is taken or the
     credentials do not load; a second signal exits 130 at once (lifecycle)."""
-    logs.configure(
-        settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     for note in deprecations:
         log.warning("deprecated_setting", note=note)
     log.info("starting", version=__version__, settings=dataclasses.asdict(settings))

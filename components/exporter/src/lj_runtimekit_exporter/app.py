@@ -136,9 +136,7 @@ async def serve(settings: Settings, tasks: lifecycle.Tasks) -> None:
 def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
     """Exit 0 after a signal, 1 when the poll loop fails or the port is taken, 2 for a setting
     found wrong only at start (a kubeconfig that does not load); a second signal exits 130."""
-    logs.configure(
-        settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     for note in deprecations:
         log.warning("deprecated_setting", note=note)
     log.info("effective_config", **dataclasses.asdict(settings))

@@ -8,12 +8,21 @@ import sys
 import structlog
 
 
-def configure(level: str = "info", json: bool | None = None) -> None:
-    """Route structlog and stdlib logging to stderr at ``level``.
+def configure(level: str = "info", log_format: str | bool | None = "auto") -> None:
+    """Route structlog and stdlib logging to stderr at ``level``, in ``log_format``.
 
-    ``json=None`` picks JSON when stderr is not a terminal (in a pod) and console otherwise.
+    ``log_format`` is the ``--log-format`` value: ``text``, ``json``, or ``auto`` (JSON when
+    stderr is not a terminal, as in a pod). The older spellings still work: ``None`` is
+    ``auto``, ``True`` is ``json`` and ``False`` is ``text``.
     """
-    use_json = not sys.stderr.isatty() if json is None else json
+    if log_format is None or log_format == "auto":
+        use_json = not sys.stderr.isatty()
+    elif isinstance(log_format, bool):
+        use_json = log_format
+    elif log_format in ("text", "json"):
+        use_json = log_format == "json"
+    else:
+        raise ValueError(f"log format {log_format!r}: expected auto, text or json")
     numeric = logging.getLevelNamesMapping()[level.upper()]
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()

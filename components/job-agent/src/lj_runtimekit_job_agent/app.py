@@ -388,9 +388,7 @@ def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
     6 the Runtime older than a feature the action needs, 7 live allocations on GPUs to change
     (partition), 8 layout refused (partition), 130 stopped by a signal (a second signal: 130 at
     once)."""
-    logs.configure(
-        settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     for note in deprecations:
         log.warning("deprecated_setting", note=note)
     log.info("starting", version=__version__, settings=dataclasses.asdict(settings))

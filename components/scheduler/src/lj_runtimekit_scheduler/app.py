@@ -125,9 +125,7 @@ def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
     """Exit 0 after a signal; 1 when a task fails, the Lease is lost or a bind address is in
     use; 2 for a setting found wrong only at start (a kubeconfig that does not load, an unknown
     plugin); a second signal exits 130."""
-    logs.configure(
-        settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     for note in deprecations:
         log.warning("deprecated_setting", note=note)
     log.info(
