@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
-import tempfile
 import time
 from pathlib import Path
 
+from . import files
 from .errors import PermanentError, TemporaryError
 
 
@@ -84,25 +84,8 @@ def write_atomic(path: Path, text: str, backup: bool = True) -> Path | None:
 
 
 def _write_beside(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        # The replaced file's owner too: a config owned by an operator's group stays theirs.
-        if owner is not None:
-            os.chown(tmp, *owner)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    # The replaced file's owner too: a config owned by an operator's group stays theirs.
+    files.write_atomic(path, data, mode=mode, owner=owner)
 
 
 def matching(root: str, pattern: str) -> list[str]:
