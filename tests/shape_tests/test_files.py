@@ -19,9 +19,7 @@ def test_a_write_replaces_the_file_and_makes_missing_directories(tmp_path: Path)
 
 
 @pytest.mark.parametrize(("mode", "want"), [(0o644, 0o644), (0o600, 0o600), (None, 0o600)])
-def test_the_mode_is_the_one_asked_or_mkstemps(
-    tmp_path: Path, mode: int | None, want: int
-) -> None:
+def test_the_mode_is_the_one_asked_or_mkstemps(tmp_path: Path, mode: int | None, want: int) -> None:
     path = tmp_path / "spec.json"
     files.write_atomic(path, b"{}", mode=mode, owner=(os.getuid(), os.getgid()))
     assert path.stat().st_mode & 0o7777 == want
@@ -37,7 +35,7 @@ def test_a_failed_rename_keeps_the_old_file_and_leaves_no_temporary(
     def refuse(src: str, dst: Path) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(files.os, "replace", refuse)
+    monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(OSError, match="No space left"):
         files.write_atomic(path, b"new", sync_dir=sync_dir)
     assert path.read_bytes() == b"old"

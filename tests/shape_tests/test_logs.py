@@ -30,7 +30,8 @@ def test_text_writes_a_readable_line(
 ) -> None:
     logs.configure("info", spelling)
     line = emit(capsys)
-    assert "format_checked" in line and "value" in line
+    assert "format_checked" in line
+    assert "value" in line
     with pytest.raises(json.JSONDecodeError):
         json.loads(line)
 

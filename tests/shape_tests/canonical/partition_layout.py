@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import yaml
 
+from . import k8s_names
 from .config import _Loader  # the suite's one YAML reading: YAML 1.2 booleans only
 
 MODES: Final = ("whole", "mig", "tdm", "vfio")
@@ -39,7 +40,6 @@ MIG_SLICES: Final = 7
 MIG_PROFILE_SLICES: Final = frozenset({1, 2, 3, 4, 7})
 """The compute-slice counts NVIDIA's MIG profiles come in (``<g>g.<memory>gb``)."""
 _MIG_PROFILE = re.compile(r"^([0-9])g\.([1-9][0-9]{0,3})gb$")
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 MAX_ENTRIES: Final = 256
 MAX_DEVICE_INDEX: Final = 1023
 MAX_TEXT: Final = 64 * 1024
@@ -121,7 +121,7 @@ def _indices(values: Iterable[int]) -> str:
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not name or not k8s_names.is_label_value(name):
         raise LayoutError(
             f"layout name {name!r} is not a valid label value (1-63 characters: letters, digits, "
             "'-', '_', '.', starting and ending with a letter or digit)"

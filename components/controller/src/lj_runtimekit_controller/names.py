@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Final
+
+from . import k8s_names
 
 PREFIX: Final = "lj-runtimekit-controller"
 STATUS_ANNOTATION: Final = f"{PREFIX}/last-action-status"
@@ -24,8 +25,7 @@ AGENT_CONTAINER: Final = "agent"
 AGENT_SERVICE_ACCOUNT: Final = "lj-runtimekit-job-agent"
 """The agent pods' ServiceAccount: no rights and no token (the agent talks only to its node); the
 controller's admission policy refuses an agent Job under any other."""
-MAX_NAME: Final = 63
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+MAX_NAME: Final = k8s_names.MAX_LABEL
 
 
 def _digest(text: str, size: int = 10) -> str:
@@ -48,6 +48,6 @@ def job_name(node: str, action: str) -> str:
 
 def label_value(value: str) -> str:
     """``value`` when it is a valid label value (<= 63 chars), else a hash of it."""
-    if len(value) <= MAX_NAME and _LABEL_VALUE.match(value):
+    if k8s_names.is_label_value(value):
         return value
     return f"h-{_digest(value, 20)}"

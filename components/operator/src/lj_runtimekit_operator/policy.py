@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from . import k8s_names
 from .errors import PolicyError
 
 Obj = dict[str, Any]
@@ -90,9 +91,6 @@ _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _REPO = re.compile(
     r"([a-zA-Z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
 )
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_LABEL_KEY = re.compile(r"([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 
 @dataclass(frozen=True)
@@ -147,9 +145,9 @@ def _selector(value: Any, where: str) -> tuple[tuple[str, str], ...] | None:
     items = _mapping(value, where)
     out = []
     for k, v in items.items():
-        if not isinstance(k, str) or not _LABEL_KEY.fullmatch(k):
+        if not isinstance(k, str) or not k8s_names.is_qualified_name(k):
             raise PolicyError(f"{where}: {k!r} is not a label key")
-        if not isinstance(v, str) or not _LABEL_VALUE.fullmatch(v):
+        if not isinstance(v, str) or not k8s_names.is_label_value(v):
             raise PolicyError(f"{where}.{k}: {v!r} is not a label value (a string of at most 63)")
         out.append((k, v))
     return tuple(sorted(out))
@@ -176,7 +174,7 @@ def parse(obj: Mapping[str, Any], default_registry: str, default_version: str) -
     meta = _mapping(obj.get("metadata"), "metadata")
     spec = _mapping(obj.get("spec"), "spec")
     namespace = _text(spec.get("namespace"), "spec.namespace", DEFAULT_NAMESPACE)
-    if not _DNS_LABEL.fullmatch(namespace):
+    if not k8s_names.is_dns_label(namespace):
         raise PolicyError(f"spec.namespace: {namespace!r} is not a namespace name")
     registry = _text(spec.get("registry"), "spec.registry", default_registry).rstrip("/")
     if not registry or " " in registry:

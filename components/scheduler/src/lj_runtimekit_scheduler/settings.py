@@ -24,12 +24,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import __version__, cli, config
+from . import __version__, cli, config, k8s_names
 from .errors import ConfigError
 from .model import RESOURCE_KINDS, ResourceNames
 
@@ -64,8 +63,6 @@ OLD_ENV = {
     "LJ_SCHEDULER_NAME": "scheduler_name",
     "KUBECONFIG": "kubeconfig",
 }
-
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\Z")
 
 DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("SchedulingGates", 0),
@@ -256,7 +253,7 @@ class Settings:
             raise ConfigError("scheduler_name: expected a non-empty name")
         if not self.feature_label:
             raise ConfigError("feature_label: must be a non-empty string")
-        if not _DNS_SUBDOMAIN.match(self.dra_driver_name) or len(self.dra_driver_name) > 63:
+        if not k8s_names.is_dns_subdomain(self.dra_driver_name) or len(self.dra_driver_name) > 63:
             raise ConfigError(
                 f"dra_driver_name {self.dra_driver_name!r}: expected a DNS subdomain of at most "
                 "63 characters, e.g. gpu.example.com"
