@@ -24,19 +24,19 @@ from typing import Any
 
 import grpc
 
-from lj_runtimekit_device_plugin.allocate import Allocator
-from lj_runtimekit_device_plugin.app import ours
+from lj_runtimekit_device_plugin.deviceplugin.allocate import Allocator
+from lj_runtimekit_device_plugin.deviceplugin.server import DevicePlugin, create_server
 from lj_runtimekit_device_plugin.health import HealthFollower
 from lj_runtimekit_device_plugin.inventory import Inventory
 from lj_runtimekit_device_plugin.kubelet import kubelet_pods
 from lj_runtimekit_device_plugin.model import GIB, Device, Link
+from lj_runtimekit_device_plugin.node import ours
 from lj_runtimekit_device_plugin.podresources import PodResourcesClient
 from lj_runtimekit_device_plugin.podview import pod_state, pod_view
 from lj_runtimekit_device_plugin.reclaim import Reclaimer
 from lj_runtimekit_device_plugin.reconcile import PodState
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient, allocation_ids
-from lj_runtimekit_device_plugin.server import DevicePlugin, create_server
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from lj_runtimekit_interface.deviceplugin.v1beta1.api_pb2 import ContainerAllocateResponse

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lj_runtimekit_device_plugin.annotations import BadPattern, not_passed, path_match
-from lj_runtimekit_device_plugin.app import annotation_check
+from lj_runtimekit_device_plugin.deviceplugin.annotations import BadPattern, not_passed, path_match
 from lj_runtimekit_device_plugin.metrics import PluginMetrics
 from lj_runtimekit_device_plugin.model import Injection
+from lj_runtimekit_device_plugin.modes.device_plugin import annotation_check
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lj_runtimekit_device_plugin.assignment import (
+from lj_runtimekit_device_plugin.deviceplugin.assignment import (
     ALLOCATION,
     ASSIGNMENT,
     BadAssignment,
-    PodView,
     candidates,
     marks,
     parse,
@@ -21,6 +20,7 @@ from lj_runtimekit_device_plugin.assignment import (
     whole_intent,
     with_mark,
 )
+from lj_runtimekit_device_plugin.podview import PodView
 
 CORE = "aliyun.com/gpu-core"
 MEM = "aliyun.com/gpu-memory"

@@ -17,11 +17,11 @@ from kubernetes import client as sync_client
 from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio import client, config
 
-from lj_runtimekit_device_plugin.assignment import ALLOCATED, ASSIGNMENT, PodView
-from lj_runtimekit_device_plugin.handshake import SharedHandshake
+from lj_runtimekit_device_plugin.deviceplugin.assignment import ALLOCATED, ASSIGNMENT
+from lj_runtimekit_device_plugin.deviceplugin.handshake import SharedHandshake
 from lj_runtimekit_device_plugin.kube import MarkUpdate, Publisher, mark_pod, node_pods
 from lj_runtimekit_device_plugin.nodedevices import GROUP, PLURAL, VERSION
-from lj_runtimekit_device_plugin.podview import pod_view
+from lj_runtimekit_device_plugin.podview import PodView, pod_view
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lj_runtimekit_device_plugin.dra_cdi import (
+from lj_runtimekit_device_plugin.dra.cdi import (
     CDI_VERSION,
     InvalidCDI,
     PreparedDevice,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lj_runtimekit_device_plugin.dra_checkpoint import (
+from lj_runtimekit_device_plugin.dra.checkpoint import (
     Checkpoint,
     CheckpointStore,
     ClaimRecord,

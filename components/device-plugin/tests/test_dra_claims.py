@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lj_runtimekit_device_plugin.dra_claims import claim_allocation, container_of, quantity
+from lj_runtimekit_device_plugin.dra.claims import claim_allocation, container_of, quantity
 
 GIB = 1 << 30
 

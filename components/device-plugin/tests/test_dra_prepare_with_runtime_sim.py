@@ -21,16 +21,17 @@ from typing import Any
 import grpc
 import pytest
 
-from lj_runtimekit_device_plugin.dra_cdi import validate_spec
-from lj_runtimekit_device_plugin.dra_checkpoint import CheckpointStore
-from lj_runtimekit_device_plugin.dra_plugin import DraHost
-from lj_runtimekit_device_plugin.dra_prepare import ClaimRef, Preparer
-from lj_runtimekit_device_plugin.dra_slices import DYNAMIC, device_names, offers
+from lj_runtimekit_device_plugin.dra.cdi import validate_spec
+from lj_runtimekit_device_plugin.dra.checkpoint import CheckpointStore
+from lj_runtimekit_device_plugin.dra.offers import DYNAMIC, device_names, offers
+from lj_runtimekit_device_plugin.dra.plan import ClaimRef
+from lj_runtimekit_device_plugin.dra.plugin import DraHost
+from lj_runtimekit_device_plugin.dra.prepare import Preparer
+from lj_runtimekit_device_plugin.dra.runtime_partitions import PartitionClient
 from lj_runtimekit_device_plugin.kube import NotFound
 from lj_runtimekit_device_plugin.model import Device
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient
-from lj_runtimekit_device_plugin.runtime_partitions import PartitionClient
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.dra.v1beta1 import api_pb2 as beta_pb2
 from lj_runtimekit_interface.dra.v1beta1 import api_pb2_grpc as beta_grpc

@@ -21,9 +21,10 @@ from kubernetes import client as sync_client
 from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio import client
 
-from lj_runtimekit_device_plugin.dra_claims import claim_allocation
-from lj_runtimekit_device_plugin.dra_publish import GROUP, PLURAL, VERSION, SlicePublisher
-from lj_runtimekit_device_plugin.dra_slices import DEFAULT_DRIVER, DYNAMIC, UNHEALTHY_TAINT_KEY
+from lj_runtimekit_device_plugin.dra.claims import claim_allocation
+from lj_runtimekit_device_plugin.dra.offers import DYNAMIC
+from lj_runtimekit_device_plugin.dra.publish import GROUP, PLURAL, VERSION, SlicePublisher
+from lj_runtimekit_device_plugin.dra.slices import DEFAULT_DRIVER, UNHEALTHY_TAINT_KEY
 from lj_runtimekit_device_plugin.kube import api_client
 from lj_runtimekit_device_plugin.model import GIB, Device, Link, Partition, RuntimeInfo
 from lj_runtimekit_device_plugin.runtime import DriverFacts

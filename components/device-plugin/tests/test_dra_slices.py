@@ -9,16 +9,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lj_runtimekit_device_plugin.dra_claims import quantity
-from lj_runtimekit_device_plugin.dra_slices import (
-    DYNAMIC,
-    NodeFacts,
-    device_names,
-    offers,
-    resource_slices,
-    semver,
-    shareable,
-)
+from lj_runtimekit_device_plugin.dra.claims import quantity
+from lj_runtimekit_device_plugin.dra.offers import DYNAMIC, device_names, offers, shareable
+from lj_runtimekit_device_plugin.dra.slices import NodeFacts, resource_slices, semver
 from lj_runtimekit_device_plugin.model import GIB, Device, Link, Partition
 
 FACTS = NodeFacts(

@@ -7,17 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from lj_runtimekit_device_plugin.dra_checkpoint import Checkpoint, ClaimRecord
-from lj_runtimekit_device_plugin.dra_slices import (
-    UNHEALTHY_TAINT_KEY,
-    NodeFacts,
-    device_names,
-    resource_slices,
-)
+from lj_runtimekit_device_plugin.dra.checkpoint import Checkpoint, ClaimRecord, claimed_ids
+from lj_runtimekit_device_plugin.dra.offers import device_names
+from lj_runtimekit_device_plugin.dra.slices import UNHEALTHY_TAINT_KEY, NodeFacts, resource_slices
 from lj_runtimekit_device_plugin.handover import (
     HELD_TAINT_KEY,
     Handover,
-    claimed_ids,
     held_taints,
     holders,
     split,

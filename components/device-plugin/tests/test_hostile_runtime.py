@@ -21,12 +21,13 @@ import pytest
 
 from lj_runtimekit_device_plugin import runtime
 from lj_runtimekit_device_plugin.app import serve
-from lj_runtimekit_device_plugin.assignment import ALLOCATION, ASSIGNMENT, PodView
+from lj_runtimekit_device_plugin.deviceplugin.assignment import ALLOCATION, ASSIGNMENT
+from lj_runtimekit_device_plugin.deviceplugin.handshake import SharedHandshake
 from lj_runtimekit_device_plugin.errors import PermanentError
-from lj_runtimekit_device_plugin.handshake import SharedHandshake
 from lj_runtimekit_device_plugin.lifecycle import Tasks
 from lj_runtimekit_device_plugin.model import Device
 from lj_runtimekit_device_plugin.podresources import PodResourcesClient, PodResourcesUnavailable
+from lj_runtimekit_device_plugin.podview import PodView
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient, RuntimeGarbage, RuntimeUnavailable
 from lj_runtimekit_device_plugin.settings import load

@@ -19,8 +19,8 @@ import pytest
 from kubernetes import client as sync_client
 
 from lj_runtimekit_device_plugin.app import serve
-from lj_runtimekit_device_plugin.dra_publish import GROUP, PLURAL, VERSION
-from lj_runtimekit_device_plugin.dra_slices import DEFAULT_DRIVER
+from lj_runtimekit_device_plugin.dra.publish import GROUP, PLURAL, VERSION
+from lj_runtimekit_device_plugin.dra.slices import DEFAULT_DRIVER
 from lj_runtimekit_device_plugin.handover import HELD_TAINT_KEY
 from lj_runtimekit_device_plugin.settings import Settings, load
 from lj_runtimekit_testkit.kubelet import KubeletEmulator

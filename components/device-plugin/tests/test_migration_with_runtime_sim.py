@@ -22,20 +22,22 @@ from typing import Any
 import grpc
 import pytest
 
-from lj_runtimekit_device_plugin.app import ours, serve
-from lj_runtimekit_device_plugin.dra_checkpoint import CheckpointStore, read_boot_id
-from lj_runtimekit_device_plugin.dra_plugin import DraHost
-from lj_runtimekit_device_plugin.dra_prepare import ClaimRef, Preparer
-from lj_runtimekit_device_plugin.dra_slices import device_names
+from lj_runtimekit_device_plugin.app import serve
+from lj_runtimekit_device_plugin.deviceplugin.server import DevicePlugin
+from lj_runtimekit_device_plugin.dra.checkpoint import CheckpointStore, read_boot_id
+from lj_runtimekit_device_plugin.dra.offers import device_names
+from lj_runtimekit_device_plugin.dra.plan import ClaimRef
+from lj_runtimekit_device_plugin.dra.plugin import DraHost
+from lj_runtimekit_device_plugin.dra.prepare import Preparer
 from lj_runtimekit_device_plugin.handover import Handover
 from lj_runtimekit_device_plugin.inventory import Inventory
-from lj_runtimekit_device_plugin.migration import hand_back, tracker
 from lj_runtimekit_device_plugin.model import Device
+from lj_runtimekit_device_plugin.modes.migration import hand_back, tracker
+from lj_runtimekit_device_plugin.node import ours
 from lj_runtimekit_device_plugin.reclaim import Reclaimer
 from lj_runtimekit_device_plugin.reconcile import Holding
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient
-from lj_runtimekit_device_plugin.server import DevicePlugin
 from lj_runtimekit_device_plugin.settings import load
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.dra.v1 import api_pb2 as dra_pb2

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from lj_runtimekit_device_plugin import nri, ttrpc
-from lj_runtimekit_device_plugin.cdi_annotations import adjustment, our_devices
-from lj_runtimekit_device_plugin.dra_cdi import PreparedDevice, claim_spec, spec_file_name
+from lj_runtimekit_device_plugin.dra import nri, ttrpc
+from lj_runtimekit_device_plugin.dra.cdi import PreparedDevice, claim_spec, spec_file_name
+from lj_runtimekit_device_plugin.dra.cdi_annotations import adjustment, our_devices
 from lj_runtimekit_device_plugin.model import Injection
 from lj_runtimekit_interface.nri.v1alpha1 import api_pb2
 

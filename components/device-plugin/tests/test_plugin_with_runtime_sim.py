@@ -15,12 +15,12 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from lj_runtimekit_device_plugin.allocate import Allocator
+from lj_runtimekit_device_plugin.deviceplugin.allocate import Allocator
+from lj_runtimekit_device_plugin.deviceplugin.server import DevicePlugin, create_server
 from lj_runtimekit_device_plugin.health import HealthFollower
 from lj_runtimekit_device_plugin.inventory import Inventory
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient, RuntimeUnavailable
-from lj_runtimekit_device_plugin.server import DevicePlugin, create_server
 from lj_runtimekit_device_plugin.topology import topology
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc

@@ -18,7 +18,7 @@ import pytest_asyncio
 from kubernetes import client
 
 from lj_runtimekit_device_plugin.app import serve
-from lj_runtimekit_device_plugin.assignment import ALLOCATION, ASSIGNMENT, marks
+from lj_runtimekit_device_plugin.deviceplugin.assignment import ALLOCATION, ASSIGNMENT, marks
 from lj_runtimekit_device_plugin.model import GIB
 from lj_runtimekit_device_plugin.settings import load
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lj_runtimekit_device_plugin import ttrpc
+from lj_runtimekit_device_plugin.dra import ttrpc
 from lj_runtimekit_interface.nri.ttrpc import request_pb2
 
 

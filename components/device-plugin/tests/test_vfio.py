@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lj_runtimekit_device_plugin.deviceplugin.vfio import VfioUnavailable, env_names, injection
 from lj_runtimekit_device_plugin.errors import ConfigError, PermanentError
 from lj_runtimekit_device_plugin.model import GIB, Device, RuntimeInfo
 from lj_runtimekit_device_plugin.nodedevices import labels, status
 from lj_runtimekit_device_plugin.resources import ResourceNames, advertise, capacity, device_of
 from lj_runtimekit_device_plugin.runtime import device_from_proto
 from lj_runtimekit_device_plugin.settings import load
-from lj_runtimekit_device_plugin.vfio import VfioUnavailable, env_names, injection
 from lj_runtimekit_interface.runtime.v1 import device_pb2
 
 NAMES = ResourceNames()

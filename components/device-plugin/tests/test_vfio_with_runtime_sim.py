@@ -13,11 +13,11 @@ from typing import Any
 import pytest_asyncio
 
 from lj_runtimekit_device_plugin.app import serve
+from lj_runtimekit_device_plugin.deviceplugin.plugins import PluginHost
+from lj_runtimekit_device_plugin.deviceplugin.server import socket_name
 from lj_runtimekit_device_plugin.inventory import Inventory
 from lj_runtimekit_device_plugin.model import GIB, Device, Injection
-from lj_runtimekit_device_plugin.plugins import PluginHost
 from lj_runtimekit_device_plugin.resources import ResourceNames
-from lj_runtimekit_device_plugin.server import socket_name
 from lj_runtimekit_device_plugin.settings import load
 from lj_runtimekit_interface.runtime.v1 import config_pb2 as cpb
 from lj_runtimekit_interface.runtime.v1 import device_pb2 as pb

@@ -2,7 +2,8 @@
 
 The Runtime keeps every allocation across the switch; what each mode must learn is which of
 them the *other* mode made. The DRA checkpoint knows the Runtime allocation ids of the claims it
-prepared; every other allocation of our resources is a device-plugin pod's. So:
+prepared (:func:`.dra.checkpoint.claimed_ids`); every other allocation of our resources is a
+device-plugin pod's. So:
 
 - in mode dra, a device a device-plugin allocation still holds is published with the NoSchedule
   taint :data:`HELD_TAINT_KEY` (kube-scheduler then gives it to no new claim), and the device
@@ -11,7 +12,8 @@ prepared; every other allocation of our resources is a device-plugin pod's. So:
   kubelet gives them to no new container), the reconciler leaves those allocations alone, and the
   kubelet's ``NodeUnprepareResources`` releases them.
 
-The functions are pure; :class:`Handover` is the last answer and who waits for a change (no I/O).
+Both wings and the reconciler use it (:mod:`.modes` wires it to the mode that runs). The
+functions are pure; :class:`Handover` is the last answer and who waits for a change (no I/O).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from .dra_checkpoint import Checkpoint
 from .inventory import Inventory, View
 from .model import Allocation, Device
 from .resources import Unit
@@ -41,11 +42,6 @@ class Split:
     """Not a prepared claim's: made at a device plugin ``Allocate``."""
     claims: tuple[Allocation, ...] = ()
     """Made for a claim the DRA checkpoint holds."""
-
-
-def claimed_ids(checkpoint: Checkpoint) -> frozenset[str]:
-    """The Runtime allocation ids of every claim the checkpoint holds."""
-    return frozenset(i for r in checkpoint.claims.values() for i in r.allocation_ids)
 
 
 def split(allocations: Iterable[Allocation], claimed: frozenset[str]) -> Split:

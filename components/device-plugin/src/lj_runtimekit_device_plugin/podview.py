@@ -1,12 +1,33 @@
-"""A pod as JSON (kubelet /pods or the apiserver's) → :class:`PodView`. Pure."""
+"""A pod as JSON (kubelet /pods or the apiserver's) → :class:`PodView`, what the shared-GPU
+handshake (:mod:`.deviceplugin.handshake`) and the reconciler read of it. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from .assignment import PodView
 from .reconcile import PodState
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the handshake needs of a pod."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    annotations: Mapping[str, str]
+    requests: Mapping[str, Mapping[str, int]]
+    """Per container, per extended resource: units requested."""
+    phase: str = ""
+    deleted: bool = False
+    """A deletionTimestamp is set."""
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
 
 
 def _units(q: Any) -> int | None:

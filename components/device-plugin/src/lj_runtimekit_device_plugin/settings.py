@@ -27,7 +27,7 @@ RESOURCE_KINDS = ("gpu", "gpu-core", "gpu-memory", "ppu", "gpu-vfio")
 MIG_STRATEGIES = ("single", "mixed", "none")
 PODS_SOURCES = ("kubelet", "apiserver")
 MODES = ("device-plugin", "dra")
-#: How partitions are published in mode dra (dra_slices.STATIC, dra_slices.DYNAMIC).
+#: How partitions are published in mode dra (dra.offers.STATIC, dra.offers.DYNAMIC).
 PARTITION_POLICIES = ("static", "dynamic")
 #: Spellings of v1.13, kept until v1.15 with a warning (guide §4.1).
 DEPRECATED = (

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
 import grpc
@@ -32,8 +32,9 @@ from lj_runtimekit_interface.dra.v1beta1 import api_pb2_grpc as beta_grpc
 from lj_runtimekit_interface.pluginregistration.v1 import api_pb2 as reg_pb2
 from lj_runtimekit_interface.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
-from .dra_prepare import ClaimRef, Outcome, Preparer
-from .handover import claimed_ids
+from .checkpoint import ClaimRecord, claimed_ids
+from .plan import ClaimRef, Outcome
+from .prepare import Preparer
 
 log = structlog.get_logger(__name__)
 
@@ -260,6 +261,15 @@ class DraHost:
     @property
     def serving(self) -> bool:
         return bool(self._servers)
+
+    @property
+    def claims(self) -> Mapping[str, ClaimRecord]:
+        """Claim uid → record of each claim the checkpoint holds (prepared, not unprepared)."""
+        return self.plugin.preparer.checkpoint.claims
+
+    async def close(self) -> None:
+        """Close the clients the host holds (after :meth:`stop`)."""
+        await self.plugin.preparer.close()
 
     async def stop(self) -> None:
         for server in reversed(self._servers):

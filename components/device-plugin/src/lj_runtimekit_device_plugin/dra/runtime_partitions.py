@@ -15,8 +15,8 @@ import grpc
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.runtime.v1 import config_pb2, config_pb2_grpc
 
-from .runtime import MethodMissing, RuntimeUnavailable
-from .runtime_channel import open_channel
+from ..runtime import MethodMissing, RuntimeUnavailable
+from ..runtime_channel import open_channel
 
 CREATE = "ConfigService.CreatePartition"
 DELETE = "ConfigService.DeletePartition"

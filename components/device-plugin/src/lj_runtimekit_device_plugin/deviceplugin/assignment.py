@@ -16,7 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import PermanentError
+from ..errors import PermanentError
+from ..podview import PodView
 
 ASSIGNMENT = "lj-runtimekit-scheduler/gpu-assignment"
 ALLOCATED = "lj-runtimekit-device-plugin/allocated"
@@ -43,26 +44,6 @@ class Assignment:
     node: str
     assumed_at: str
     containers: Mapping[str, tuple[Share, ...]]
-
-
-@dataclass(frozen=True)
-class PodView:
-    """What the handshake needs of a pod."""
-
-    namespace: str
-    name: str
-    uid: str
-    resource_version: str
-    annotations: Mapping[str, str]
-    requests: Mapping[str, Mapping[str, int]]
-    """Per container, per extended resource: units requested."""
-    phase: str = ""
-    deleted: bool = False
-    """A deletionTimestamp is set."""
-
-    @property
-    def ended(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
 
 
 def _int(v: Any, what: str) -> int:

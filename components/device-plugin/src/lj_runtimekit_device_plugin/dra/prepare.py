@@ -2,12 +2,11 @@
 the claim's devices, a CDI spec the container runtime applies, a checkpoint; ``Release`` when the
 kubelet unprepares.
 
-A result that is a share of a GPU (its ``shareID`` and ``consumedCapacity`` less than the whole,
-see :func:`share_of`) becomes its own Runtime allocation of the ``gpu-core`` resource with the
-consumed cores and memory, which the Runtime enforces; whole devices are allocated whole.
+What the Runtime is asked for a claim's results (whole devices, shares, partitions) is decided
+by :mod:`.plan`; this module does the asking, the files and the checkpoint.
 
 A result that is a partition made on demand (``dra_partitions: dynamic``, see
-:func:`dra_slices.offers`) gets its MIG instance or TDM slice made first (``CreatePartition``):
+:func:`.offers.offers`) gets its MIG instance or TDM slice made first (``CreatePartition``):
 an idle partition of the same profile on that GPU is taken over instead, and when the new one does
 not fit beside the GPU's idle partitions (left by a layout, or by an unprepare that could not
 remove them) those are removed first. The scheduler's counters guarantee it fits beside the ones
@@ -18,154 +17,55 @@ Order of a prepare, so that a crash at any step leaves nothing the next call can
 Runtime allocation(s) → CDI spec file (atomic) → checkpoint (atomic) → answer. A failure before
 the checkpoint releases what this call allocated and removes its spec. A repeated prepare of a
 claim in the checkpoint allocates nothing: it answers the same CDI ids (which are a function of
-claim uid, request, device and share id, see :func:`cdi_key`). An unprepare of a claim the
+claim uid, request, device and share id, see :func:`.plan.cdi_key`). An unprepare of a claim the
 checkpoint does not know succeeds (it was never prepared here, or already unprepared).
 
-All prepares and unprepares of the node run one at a time: the checkpoint is one file, and the
-kubelet calls for a pod's claims together.
+All prepares and unprepares of the node run one at a time, under the lock of
+:class:`.plugin.DRAPlugin` (the only caller): the checkpoint is one file, and the kubelet calls
+for a pod's claims together.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from .dra_cdi import PreparedDevice, cdi_device_id, claim_spec, device_name, spec_file_name
-from .dra_checkpoint import Checkpoint, CheckpointStore, ClaimRecord
-from .dra_claims import (
+from ..errors import DevicePluginError, PermanentError, TemporaryError
+from ..model import Allocation, Device, Injection
+from ..resources import ResourceNames
+from ..runtime import RuntimeClient, allocations, release
+from .cdi import PreparedDevice, cdi_device_id, claim_spec, device_name, spec_file_name
+from .checkpoint import Checkpoint, CheckpointStore, ClaimRecord
+from .claims import (
     ClaimAllocation,
     ClaimNotPreparable,
-    Result,
     claim_allocation,
     container_of,
     ours,
 )
-from .dra_slices import CORES, CORES_WHOLE, MEMORY, STATIC, Offer, offers
-from .errors import DevicePluginError, PermanentError, TemporaryError
-from .model import Allocation, Device, Injection
-from .resources import ResourceNames
-from .runtime import RuntimeClient, allocations, release
+from .offers import STATIC, Offer, offers
+from .plan import (
+    ClaimRef,
+    Outcome,
+    PreparedClaimDevice,
+    RuntimeAsk,
+    Target,
+    allocation_plan,
+    cdi_key,
+)
 from .runtime_partitions import PartitionClient, PartitionRefused
 
 log = structlog.get_logger(__name__)
 
 ReadObject = Callable[[str, str], Awaitable[dict[str, Any]]]
 """(namespace, name) → the object as API JSON."""
-
-
-@dataclass(frozen=True)
-class ClaimRef:
-    namespace: str
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True)
-class PreparedClaimDevice:
-    """One device of the answer to the kubelet."""
-
-    requests: tuple[str, ...]
-    pool: str
-    device: str
-    cdi_device_ids: tuple[str, ...]
-    share_id: str = ""
-    """The allocation's share id, for a device that allows multiple allocations (the kubelet's
-    ``Device.share_id``, which it reports through pod-resources)."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    devices: tuple[PreparedClaimDevice, ...] = ()
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class RuntimeAsk:
-    """One Runtime ``Allocate`` of a prepare, and which of the claim's results it serves."""
-
-    resource: str
-    device_ids: tuple[str, ...]
-    results: tuple[int, ...]
-    """Indexes into the claim's results (this node's) that this allocation serves."""
-    core_percent: int = 0
-    memory_bytes: int = 0
-
-    @property
-    def shared(self) -> bool:
-        return self.core_percent > 0 or self.memory_bytes > 0
-
-
-def share_of(result: Result, device: Device) -> tuple[int, int] | None:
-    """(core percent, memory bytes) when ``result`` is a share of ``device``; None when it holds
-    the whole device: no share id (a device that allows one allocation), or it consumed all of
-    both capacities (a claim that named none, whose request policies' defaults are the whole)."""
-    if not result.share_id:
-        return None
-    cores = min(result.consumed.get(CORES, CORES_WHOLE), CORES_WHOLE)
-    memory = min(result.consumed.get(MEMORY, device.memory_bytes), device.memory_bytes)
-    if cores >= CORES_WHOLE and memory >= device.memory_bytes:
-        return None
-    return cores, memory
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a result is allocated as: a device of the Runtime, whole (``unit`` is its id) or one
-    of its partitions (``unit`` is the partition id)."""
-
-    device: Device
-    unit: str
-
-    @property
-    def whole(self) -> bool:
-        return self.unit == self.device.id
-
-
-def allocation_plan(
-    results: Sequence[Result], by_name: Mapping[str, Device | Target], names: ResourceNames
-) -> list[RuntimeAsk]:
-    """The Runtime allocations that prepare ``results`` (all on devices in ``by_name``; a
-    :class:`Device` there stands for itself, whole).
-
-    Whole devices of one resource share one allocation (an NVLink pair stays one Runtime
-    allocation, as the device plugin makes it). Each share is its own allocation of the
-    ``gpu-core`` resource with the cores and memory it consumed: the Runtime's ``Allocate``
-    carries one core/memory pair, and the Runtime then holds exactly what the scheduler counted,
-    also when one claim holds two shares of one GPU.
-    """
-    whole: dict[str, tuple[list[str], list[int]]] = {}
-    shares: list[RuntimeAsk] = []
-    for i, r in enumerate(results):
-        target = by_name[r.device]
-        if isinstance(target, Device):
-            target = Target(target, target.id)
-        d = target.device
-        share = share_of(r, d) if d.kind == "gpu" and target.whole else None
-        if share is not None:
-            cores, memory = share
-            shares.append(RuntimeAsk(names.gpu_core, (d.id,), (i,), cores, memory))
-            continue
-        ids, served = whole.setdefault(names.ppu if d.kind == "ppu" else names.gpu, ([], []))
-        if target.unit not in ids:
-            ids.append(target.unit)
-        served.append(i)
-    return [
-        RuntimeAsk(resource, tuple(ids), tuple(served)) for resource, (ids, served) in whole.items()
-    ] + shares
-
-
-def cdi_key(result: Result) -> str:
-    """What names a result's CDI device besides claim and request: the slice device, and its
-    share id when it has one, since one claim (even one request) may hold two shares of a GPU."""
-    return f"{result.device}/{result.share_id}" if result.share_id else result.device
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -190,7 +90,8 @@ def _remove(path: Path) -> None:
 
 
 class Preparer:
-    """The node side of DRA for one driver and one pool (the node)."""
+    """The node side of DRA for one driver and one pool (the node). One call at a time: the
+    caller (:class:`.plugin.DRAPlugin`) holds the lock."""
 
     def __init__(
         self,
@@ -221,7 +122,6 @@ class Preparer:
         self.pool = pool
         self.cdi_dir = cdi_dir
         self.cdi_kind = cdi_kind
-        self._lock = asyncio.Lock()
         self.checkpoint, outcome = store.load()
         log.info(
             "dra_checkpoint_loaded",
@@ -229,6 +129,11 @@ class Preparer:
             outcome=outcome.value,
             claims=len(self.checkpoint.claims),
         )
+
+    async def close(self) -> None:
+        """Close the ConfigService client (policy dynamic)."""
+        if self.partitions is not None:
+            await self.partitions.close()
 
     def spec_path(self, uid: str) -> Path:
         return self.cdi_dir / spec_file_name(self.cdi_kind, uid)
@@ -246,19 +151,18 @@ class Preparer:
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
         """One outcome per claim uid; a failure of one claim is that claim's ``error``."""
         out = {}
-        async with self._lock:
-            for ref in refs:
-                try:
-                    out[ref.uid] = Outcome(await self._prepare(ref))
-                except DevicePluginError as e:
-                    log.warning(
-                        "dra_prepare_failed",
-                        claim=f"{ref.namespace}/{ref.name}",
-                        uid=ref.uid,
-                        error=str(e),
-                        retried="by the kubelet" if not isinstance(e, PermanentError) else "no",
-                    )
-                    out[ref.uid] = Outcome(error=str(e))
+        for ref in refs:
+            try:
+                out[ref.uid] = Outcome(await self._prepare(ref))
+            except DevicePluginError as e:
+                log.warning(
+                    "dra_prepare_failed",
+                    claim=f"{ref.namespace}/{ref.name}",
+                    uid=ref.uid,
+                    error=str(e),
+                    retried="by the kubelet" if not isinstance(e, PermanentError) else "no",
+                )
+                out[ref.uid] = Outcome(error=str(e))
         return out
 
     async def _claim(self, ref: ClaimRef) -> ClaimAllocation:
@@ -470,19 +374,18 @@ class Preparer:
     async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         """Claim uid → error ("" when it is unprepared)."""
         out = {}
-        async with self._lock:
-            for ref in refs:
-                try:
-                    await self._unprepare(ref)
-                    out[ref.uid] = ""
-                except DevicePluginError as e:
-                    log.warning(
-                        "dra_unprepare_failed",
-                        claim=f"{ref.namespace}/{ref.name}",
-                        uid=ref.uid,
-                        error=str(e),
-                    )
-                    out[ref.uid] = str(e)
+        for ref in refs:
+            try:
+                await self._unprepare(ref)
+                out[ref.uid] = ""
+            except DevicePluginError as e:
+                log.warning(
+                    "dra_unprepare_failed",
+                    claim=f"{ref.namespace}/{ref.name}",
+                    uid=ref.uid,
+                    error=str(e),
+                )
+                out[ref.uid] = str(e)
         return out
 
     async def _unprepare(self, ref: ClaimRef) -> None:

@@ -5,7 +5,7 @@ gRPC status codes only here (``context.abort``).
 
 On a node moved back from DRA with claims still prepared, ``withheld`` (a :class:`Handover`)
 names the devices those claims hold: their units are listed Unhealthy until the kubelet
-unprepares the claims (:mod:`.handover`).
+unprepares the claims (:mod:`..handover`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import structlog
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
+from ..errors import DevicePluginError, PermanentError
+from ..handover import Handover, next_change, withhold
+from ..inventory import Inventory, View
+from ..model import Injection
+from ..resources import ResourceNames, Unit, advertise, device_of
+from ..topology import preferred, topology
 from .assignment import WholeIntent
-from .errors import DevicePluginError, PermanentError
-from .handover import Handover, next_change, withhold
-from .inventory import Inventory, View
-from .model import Injection
-from .resources import ResourceNames, Unit, advertise, device_of
-from .topology import preferred, topology
 
 log = structlog.get_logger(__name__)
 

@@ -19,10 +19,10 @@ import structlog
 
 from lj_runtimekit_interface import sockets
 
-from . import runtime_channel
-from .handover import Handover
-from .inventory import Inventory
-from .resources import ResourceNames, advertise
+from .. import runtime_channel
+from ..handover import Handover
+from ..inventory import Inventory
+from ..resources import ResourceNames, advertise
 from .server import (
     Allocator,
     DevicePlugin,

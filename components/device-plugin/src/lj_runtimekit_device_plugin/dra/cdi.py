@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import PermanentError
-from .model import Injection
+from ..errors import PermanentError
+from ..model import Injection
 
 CDI_VERSION = "0.6.0"
 DEFAULT_KIND = "aliyun.com/gpu"

@@ -1,6 +1,6 @@
 """The node's ResourceSlices on the apiserver (mode dra): written on change only, never on a timer.
 
-:func:`dra_slices.resource_slices` decides what the slices say; this adapter only writes them.
+:func:`.slices.resource_slices` decides what the slices say; this adapter only writes them.
 
 - The pool generation rises with every change of content. A new publisher (a restarted plugin)
   starts above the highest generation among the node's existing slices of its driver, so the
@@ -17,7 +17,7 @@
   when it starts, and a driver's slices when its plugin stayed away longer than its wiping delay
   (``dra_plugin_manager.go``), while this publisher writes on change only.
 - ``taints`` adds taints besides health (a GPU a device-plugin pod still holds after the node
-  moved to DRA, :mod:`.handover`); a change of them is a change of content.
+  moved to DRA, :mod:`..handover`); a change of them is a change of content.
 """
 
 from __future__ import annotations
@@ -32,14 +32,17 @@ import structlog
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from . import dra_slices
-from .kube import ApiserverUnavailable
-from .model import Device, RuntimeInfo
-from .runtime import DriverFacts
+from ..handover import Handover, next_change
+from ..inventory import Inventory, View
+from ..kube import ApiserverUnavailable
+from ..model import Device, RuntimeInfo
+from ..runtime import DriverFacts
+from .offers import STATIC
+from .slices import API_VERSION, DEFAULT_DRIVER, NodeFacts, resource_slices
 
 log = structlog.get_logger(__name__)
 
-GROUP, VERSION = dra_slices.API_VERSION.split("/")
+GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "resourceslices"
 _RETRIES = 3
 _TRANSPORT = (aiohttp.ClientError, OSError, TimeoutError)
@@ -53,8 +56,8 @@ class SlicePublisher:
         api: client.ApiClient,
         node: str,
         *,
-        driver: str = dra_slices.DEFAULT_DRIVER,
-        partitions: str = dra_slices.STATIC,
+        driver: str = DEFAULT_DRIVER,
+        partitions: str = STATIC,
         taints: Callable[[], Mapping[str, tuple[Mapping[str, str], ...]]] | None = None,
         topology_labels: Sequence[str] = (),
     ) -> None:
@@ -65,7 +68,7 @@ class SlicePublisher:
         self.taints = taints or dict
         """Runtime device id → taints besides health, asked at every publish."""
         self.partitions = partitions
-        """``static`` or ``dynamic``: see :func:`dra_slices.offers`."""
+        """``static`` or ``dynamic``: see :func:`.offers.offers`."""
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.generation: int | None = None
@@ -84,7 +87,7 @@ class SlicePublisher:
         """Bring the node's slices to ``devices``; True when anything was written."""
         try:
             node_uid, labels = await self._node()
-            base = dra_slices.NodeFacts(
+            base = NodeFacts(
                 node=self.node,
                 generation=0,
                 node_uid=node_uid,
@@ -96,13 +99,13 @@ class SlicePublisher:
                 partitions=self.partitions,
                 device_taints=self.taints(),
             )
-            content = dra_slices.resource_slices(devices, base)
+            content = resource_slices(devices, base)
             if content == self._written:
                 return False
             existing = await self._existing()
             highest = max((_generation(s) for s in existing.values()), default=0)
             generation = max(highest, self.generation or 0) + 1
-            slices = dra_slices.resource_slices(devices, replace(base, generation=generation))
+            slices = resource_slices(devices, replace(base, generation=generation))
             self.generation = generation
             _keep_taint_times(slices, existing.values())
             for body in slices:
@@ -158,6 +161,23 @@ class SlicePublisher:
         self._written = None
         log.info("resource_slices_withdrawn", node=self.node, driver=self.driver, n=len(existing))
         return len(existing)
+
+    async def next_change(
+        self, inventory: Inventory, view: View, handover: Handover | None, seen: int
+    ) -> tuple[View, int]:
+        """The next change to publish: of the inventory or handover, or the loss of a slice
+        someone else deleted (:meth:`watch`)."""
+        change = asyncio.ensure_future(next_change(inventory, view, handover, seen))
+        lost = asyncio.ensure_future(self.lost.wait())
+        try:
+            await asyncio.wait({change, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            change.cancel()
+            lost.cancel()
+        self.lost.clear()
+        if change.done() and not change.cancelled():
+            return change.result()
+        return inventory.view(), handover.generation if handover is not None else seen
 
     async def watch(self) -> None:
         """Until cancelled: watch the node's slices of this driver and set :attr:`lost` when one

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any
 
-from .errors import PermanentError
+from ..errors import PermanentError
 
 
 class ClaimNotPreparable(PermanentError):

@@ -14,13 +14,14 @@ from typing import Protocol
 
 import structlog
 
+from ..errors import DevicePluginError, PermanentError, TemporaryError
+from ..model import Allocation, Device, Injection
+from ..podview import PodView
+from ..reconcile import PROVISIONAL_NAMESPACE, stale_whole
+from ..resources import ResourceNames
+from ..runtime import AllocationRefused, RuntimeClient, allocations, release
 from . import vfio
-from .assignment import PodView, WholeIntent, WholePending, whole_owner
-from .errors import DevicePluginError, PermanentError, TemporaryError
-from .model import Allocation, Device, Injection
-from .reconcile import PROVISIONAL_NAMESPACE, stale_whole
-from .resources import ResourceNames
-from .runtime import AllocationRefused, RuntimeClient, allocations, release
+from .assignment import WholeIntent, WholePending, whole_owner
 
 log = structlog.get_logger(__name__)
 

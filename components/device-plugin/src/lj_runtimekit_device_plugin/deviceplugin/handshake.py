@@ -18,10 +18,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import structlog
 
+from ..errors import DevicePluginError, PermanentError
+from ..kube import Conflict, MarkUpdate
+from ..model import GIB, Allocation, Device, Injection
+from ..podview import PodView
+from ..resources import ResourceNames
+from ..runtime import RuntimeClient, allocations, release
 from .allocate import RoomMaker, allocate_making_room
 from .assignment import (
     Candidate,
-    PodView,
     Share,
     WholeIntent,
     WholePending,
@@ -30,12 +35,7 @@ from .assignment import (
     whole_intent,
     with_mark,
 )
-from .errors import DevicePluginError, PermanentError
 from .headroom import share_error
-from .kube import Conflict, MarkUpdate
-from .model import GIB, Allocation, Device, Injection
-from .resources import ResourceNames
-from .runtime import RuntimeClient, allocations, release
 
 log = structlog.get_logger(__name__)
 

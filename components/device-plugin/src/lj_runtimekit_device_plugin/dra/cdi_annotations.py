@@ -1,6 +1,6 @@
 """Which annotations a container gets from its prepared DRA devices. Pure: data in, data out.
 
-CDI applies a device's env, device nodes and mounts, but not its ``annotations`` (:mod:`.dra_cdi`
+CDI applies a device's env, device nodes and mounts, but not its ``annotations`` (:mod:`.cdi`
 puts the Runtime's ``xdm.amp.com*`` annotations there): the NRI plugin (:mod:`.nri`) adds them
 to the container's OCI spec at CreateContainer, so the ``lj-runtime`` handler sees them as it
 does in mode device-plugin.

@@ -3,7 +3,7 @@
 CDI does not copy a device's annotations to the container, so at containerd's CreateContainer
 (NRI, the Node Resource Interface: containerd calls its plugins after the CRI spec, CDI edits
 included, is built) this plugin adds the ``xdm.amp.com*`` annotations of the container's prepared
-DRA devices (:mod:`.cdi_annotations`, from the CDI specs :mod:`.dra_prepare` wrote) to its OCI
+DRA devices (:mod:`.cdi_annotations`, from the CDI specs :mod:`.prepare` wrote) to its OCI
 spec, where the ``lj-runtime`` handler reads them, as in mode device-plugin.
 
 It must never block a container: anything that goes wrong answers an empty adjustment and is
@@ -24,9 +24,9 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from lj_runtimekit_interface.nri.v1alpha1 import api_pb2
 
+from ..runtime_channel import BACKOFF_FACTOR, BACKOFF_INITIAL_S, BACKOFF_MAX_S
 from . import ttrpc
 from .cdi_annotations import adjustment, our_devices
-from .runtime_channel import BACKOFF_FACTOR, BACKOFF_INITIAL_S, BACKOFF_MAX_S
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +50,7 @@ class NriUnavailable(Exception):
 
 
 def read_specs(cdi_dir: Path, kind: str) -> list[dict[str, Any]]:
-    """The CDI specs of ``kind`` in ``cdi_dir`` (files named as :func:`.dra_cdi.spec_file_name`
+    """The CDI specs of ``kind`` in ``cdi_dir`` (files named as :func:`.cdi.spec_file_name`
     names them); one that cannot be read or parsed is skipped and logged (it may be mid-write
     by another tool: ours are replaced atomically)."""
     specs = []

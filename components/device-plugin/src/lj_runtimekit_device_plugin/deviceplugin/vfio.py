@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .errors import PermanentError
-from .model import Device, Injection
+from ..errors import PermanentError
+from ..model import Device, Injection
 
 #: The vfio container device every user of vfio-pci opens besides its group's node.
 VFIO_CONTAINER = "/dev/vfio/vfio"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..model import Allocation, Device
+from ..resources import CORE_UNITS_PER_GPU
 from .assignment import Share
-from .model import Allocation, Device
-from .resources import CORE_UNITS_PER_GPU
 
 
 def share_error(

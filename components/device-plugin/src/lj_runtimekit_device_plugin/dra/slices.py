@@ -1,18 +1,7 @@
-"""The node's ResourceSlices (``resource.k8s.io/v1``) from the Runtime's inventory. Pure.
+"""The node's ResourceSlices (``resource.k8s.io/v1``) from the catalogue of :mod:`.offers`. Pure.
 
-One pool per node (named after the node), one DRA device per whole GPU or PPU bound to its
-vendor driver; GPUs bound to vfio-pci are not published (docs/dra.md). Partitions (MIG, TDM) come
-one of two ways (:func:`offers`):
-
-- ``static`` (default): a partitioned GPU is published as its partitions, as the Runtime has them
-  (a layout of docs/partitioning.md), one device each, and not as a whole GPU;
-- ``dynamic``: a GPU that can be partitioned is published whole *and* as every MIG instance (or
-  TDM slice) that could be made on it. They draw on one counter set per GPU (partitionable
-  devices, ``sharedCounters``/``consumesCounters``): the whole GPU consumes all of it, each
-  partition its compute slices and memory (MIG) or its share of time (TDM), so the scheduler
-  never gives out more than the GPU holds. The partition is made when the kubelet prepares the
-  claim (:mod:`.dra_prepare`) and removed when it unprepares it. What is published does not
-  depend on which partitions exist at the moment, so making one never rewrites the slices.
+One pool per node (named after the node), one slice device per offer: whole GPUs and PPUs, and
+partitions as :func:`.offers.offers` lists them (``static`` or ``dynamic``, docs/dra.md).
 
 GPU shares are consumable capacity of the whole-GPU device itself (``allowMultipleAllocations``,
 capacities ``cores`` and ``memory``, see :func:`share_capacity`), never a second device per GPU:
@@ -23,8 +12,9 @@ Every object obeys the API's validation, so the apiserver never refuses a publis
 the Runtime reported: a value that does not fit its attribute (a string over 64 characters, a
 version that is not semver) leaves that attribute out rather than be cut into a different one.
 
-- device names are DNS labels derived from the Runtime's stable device ids (:func:`device_names`;
-  the prepare path maps a claim's device back to the Runtime id with the same function);
+- device names are DNS labels derived from the Runtime's stable device ids
+  (:func:`.offers.device_names`; the prepare path maps a claim's device back to the Runtime id
+  with the same function);
 - attribute and capacity names are C identifiers of at most 32 characters, in the driver's
   domain (no prefix), besides the standard ``resource.kubernetes.io/pcieRoot``; at most 32
   attributes and capacities per device together (at most 19 attributes and 2 capacities are
@@ -38,14 +28,27 @@ version that is not semver) leaves that attribute out rather than be cut into a 
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import GIB, Device
-from .topology import topology
+from ..model import GIB, Device
+from ..topology import topology
+from .offers import (
+    CORES,
+    CORES_WHOLE,
+    DYNAMIC,
+    MEMORY,
+    MIG_COMPUTE_SLICES,
+    MIN_SHARE_MEMORY,
+    STATIC,
+    Offer,
+    dns_label,
+    dynamic_mode,
+    offers,
+    shareable,
+)
 
 API_VERSION = "resource.k8s.io/v1"
 DEFAULT_DRIVER = "lj-runtimekit.aliyun.com"
@@ -54,29 +57,12 @@ MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_TAINTS = 64
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_STRING_ATTRIBUTE = 64
-PUBLISHED_KINDS = ("gpu", "ppu")
-#: Capacity names of a shareable GPU: percent of its compute, and bytes of its memory.
-CORES = "cores"
-MEMORY = "memory"
-CORES_WHOLE = 100
-#: The smallest memory a share consumes: a share of no memory would be no limit at all.
-MIN_SHARE_MEMORY = 1 << 20
 MAX_COUNTER_SETS_PER_SLICE = 8
-STATIC, DYNAMIC = "static", "dynamic"
-PARTITION_POLICIES = (STATIC, DYNAMIC)
-#: MIG: a GPU has 7 compute slices and 8 memory slices; a profile of g compute slices takes this
-#: many eighths of the memory (the A100/H100 shape: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb
-#: on 80 GB).
-MIG_COMPUTE_SLICES = 7
-MIG_MEMORY_EIGHTHS = {1: 1, 2: 2, 3: 4, 4: 4, 7: 8}
-#: TDM: the slices offered on demand, percent of the GPU's time.
-TDM_PERCENTS = (25, 50)
 #: Counter names (DNS labels) of a GPU's counter set.
 COUNTER_COMPUTE = "compute-slices"
 COUNTER_MEMORY = "memory"
 COUNTER_TIME = "time-percent"
 
-_DNS_LABEL_BAD = re.compile(r"[^a-z0-9-]+")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?\Z")
 # Semantic Versioning 2.0.0, the format of a version attribute.
 _SEMVER = re.compile(
@@ -108,33 +94,13 @@ class NodeFacts:
     """Runtime device id → compute capability ("9.0")."""
     partitions: str = STATIC
     """How partitions are published: ``static`` (as the Runtime has them) or ``dynamic`` (every
-    partition that could be made, on demand; see :func:`offers`)."""
+    partition that could be made, on demand; see :func:`.offers.offers`)."""
     device_taints: Mapping[str, tuple[Mapping[str, str], ...]] = field(default_factory=dict)
     """Runtime device id → taints besides health, on every device published for it (a GPU that a
-    device-plugin pod still holds after its node moved to DRA, :mod:`.handover`)."""
+    device-plugin pod still holds after its node moved to DRA, :mod:`..handover`)."""
     topology: Mapping[str, str] = field(default_factory=dict)
     """The node's network-topology labels (``network.topology/block`` → ``b1``), an attribute of
     every device under the label's own key: a claim's selector can pick a block or rack."""
-
-
-def _digest(text: str, n: int = 8) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:n]
-
-
-def _dns_label(text: str, max_len: int = 63) -> str:
-    """``text`` as a DNS label; a digest is added whenever the text had to change, so two ids
-    that read alike after the change still get different names."""
-    clean = _DNS_LABEL_BAD.sub("-", text.lower()).strip("-")
-    if clean == text and 0 < len(clean) <= max_len:
-        return clean
-    suffix = _digest(text)
-    head = clean[: max_len - len(suffix) - 1].rstrip("-")
-    return f"{head}-{suffix}" if head else suffix
-
-
-def device_names(devices: Iterable[Device]) -> dict[str, str]:
-    """Runtime device id → DRA device name (a DNS label, unique among ``devices``, stable)."""
-    return {d.id: _dns_label(d.id) for d in devices}
 
 
 def semver(text: str) -> str | None:
@@ -186,18 +152,6 @@ def _attributes(d: Device, facts: NodeFacts, island: int, switch: int) -> dict[s
     return attrs
 
 
-def shareable(d: Device) -> bool:
-    """Whether claims may share ``d`` (the Runtime's ``gpu-core``/``gpu-memory`` allocations):
-    a GPU on its driver, not partitioned (the Runtime allocates a partitioned GPU only by its
-    partitions), with a memory size to share."""
-    return (
-        d.kind == "gpu"
-        and d.binding == "driver"
-        and not d.partitions
-        and d.memory_bytes >= MIN_SHARE_MEMORY
-    )
-
-
 def share_capacity(memory_bytes: int) -> dict[str, Any]:
     """The consumable capacity of a shareable GPU of ``memory_bytes``.
 
@@ -206,7 +160,7 @@ def share_capacity(memory_bytes: int) -> dict[str, Any]:
     mapping) consumes all of the GPU, so the scheduler never puts it beside a share, nor a share
     beside it. A share names ``cores`` (percent, whole numbers 1..100) and ``memory`` (bytes,
     at least 1 MiB); one it leaves out it takes whole. The preparer tells the two apart by what
-    a result consumed (:mod:`.dra_prepare` asks the Runtime for a whole GPU when it is all).
+    a result consumed (:mod:`.prepare` asks the Runtime for a whole GPU when it is all).
     """
     memory = _quantity(memory_bytes)
     return {
@@ -233,120 +187,9 @@ def _taints(d: Device) -> list[dict[str, str]]:
     return [taint]
 
 
-@dataclass(frozen=True)
-class Offer:
-    """One published DRA device and what it is in the Runtime."""
-
-    name: str
-    device: Device
-    """The Runtime's GPU or PPU the offer is (on)."""
-    kind: str
-    """``whole``; ``partition`` (one the Runtime has); ``mig`` or ``tdm`` (made on demand)."""
-    partition_id: str = ""
-    """kind partition: the Runtime's partition id."""
-    profile: str = ""
-    """The MIG profile ("3g.40gb") or TDM slice name ("tdm-25")."""
-    compute_slices: int = 0
-    memory_bytes: int = 0
-    percent: int = 0
-    """TDM: the slice's share of the GPU's time."""
-    counter_set: str = ""
-    """The GPU's counter set when the offer draws on one (mode dynamic)."""
-
-    @property
-    def on_demand(self) -> bool:
-        return self.kind in ("mig", "tdm")
-
-
-def _dynamic_mode(d: Device) -> str:
-    """The partition mode ``d`` offers on demand: mig, else tdm, else "" (none)."""
-    if d.kind != "gpu" or d.binding != "driver":
-        return ""
-    if "mig" in d.partition_modes and d.memory_gib >= 8:
-        return "mig"
-    return "tdm" if "tdm" in d.partition_modes and d.memory_bytes > 0 else ""
-
-
-def _mig_offers(d: Device, whole: str, counter_set: str) -> list[Offer]:
-    eighth = d.memory_gib // 8
-    out = []
-    for g, eighths in MIG_MEMORY_EIGHTHS.items():
-        gb = eighths * eighth
-        for i in range(min(MIG_COMPUTE_SLICES // g, 8 // eighths)):
-            out.append(
-                Offer(
-                    _dns_label(f"{whole}-mig-{g}g-{gb}gb-{i}"),
-                    d,
-                    "mig",
-                    profile=f"{g}g.{gb}gb",
-                    compute_slices=g,
-                    memory_bytes=gb * GIB,
-                    counter_set=counter_set,
-                )
-            )
-    return out
-
-
-def _tdm_offers(d: Device, whole: str, counter_set: str) -> list[Offer]:
-    return [
-        Offer(
-            _dns_label(f"{whole}-tdm-{pct}-{i}"),
-            d,
-            "tdm",
-            profile=f"tdm-{pct}",
-            memory_bytes=d.memory_bytes * pct // 100,
-            percent=pct,
-            counter_set=counter_set,
-        )
-        for pct in TDM_PERCENTS
-        for i in range(100 // pct)
-    ]
-
-
-def offers(devices: Sequence[Device], policy: str = STATIC) -> list[Offer]:
-    """The DRA devices of the node, in the Runtime's order (index, then id), each GPU's whole
-    device before its partitions. The prepare path maps a claim's device name back with this.
-
-    - ``static``: a partitioned GPU is its partitions as the Runtime has them (no whole device);
-    - ``dynamic``: a GPU that supports MIG (else TDM) is its whole device and every partition
-      that could be made on it, all drawing on the GPU's counter set, whatever partitions exist
-      now; one that supports neither is as in ``static``.
-    """
-    published = sorted(
-        (d for d in devices if d.kind in PUBLISHED_KINDS and d.binding == "driver"),
-        key=lambda d: (d.index, d.id),
-    )
-    names = device_names(published)
-    out: list[Offer] = []
-    for d in published:
-        whole = names[d.id]
-        mode = _dynamic_mode(d) if policy == DYNAMIC else ""
-        if mode:
-            counter_set = _dns_label(f"{whole}-counters")
-            out.append(Offer(whole, d, "whole", counter_set=counter_set))
-            made = _mig_offers if mode == "mig" else _tdm_offers
-            out.extend(made(d, whole, counter_set))
-        elif d.partitions:
-            out.extend(
-                Offer(
-                    _dns_label(p.id),
-                    d,
-                    "partition",
-                    partition_id=p.id,
-                    profile=p.profile,
-                    memory_bytes=p.memory_bytes,
-                    percent=p.time_percent,
-                )
-                for p in d.partitions
-            )
-        else:
-            out.append(Offer(whole, d, "whole"))
-    return out
-
-
 def _counters(d: Device) -> dict[str, str]:
     """All of a GPU's counter set: what its whole device consumes."""
-    if _dynamic_mode(d) == "mig":
+    if dynamic_mode(d) == "mig":
         memory = 8 * (d.memory_gib // 8) * GIB
         return {COUNTER_COMPUTE: str(MIG_COMPUTE_SLICES), COUNTER_MEMORY: _quantity(memory)}
     return {COUNTER_TIME: "100"}
@@ -412,7 +255,7 @@ def _entry(o: Offer, facts: NodeFacts, island: int, switch: int) -> dict[str, An
 
 
 def dra_devices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[str, Any]]:
-    """The DRA devices of the node, in the order of :func:`offers`."""
+    """The DRA devices of the node, in the order of :func:`.offers.offers`."""
     return _entries(offers(devices, facts.partitions), facts)
 
 
@@ -441,7 +284,7 @@ def _sets(all_offers: Sequence[Offer]) -> list[dict[str, Any]]:
 
 def slice_name(node: str, driver: str, index: int) -> str:
     """A stable object name per (node, driver, index): republishing updates, never duplicates."""
-    return f"{_dns_label(f'{node}-{driver}', 240)}-{index}"
+    return f"{dns_label(f'{node}-{driver}', 240)}-{index}"
 
 
 def resource_slices(devices: Sequence[Device], facts: NodeFacts) -> list[dict[str, Any]]:

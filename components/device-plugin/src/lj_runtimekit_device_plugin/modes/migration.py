@@ -1,13 +1,12 @@
-"""The tasks that let a node change mode with GPU pods running (docs/dra.md, :mod:`.handover`).
+"""The tasks that let a node change mode with GPU pods running (docs/dra.md, :mod:`..handover`).
 
 - :func:`tracker`: what each reconcile pass tells the :class:`Handover` — in mode dra the devices
   device-plugin pods hold (tainted in the slices), in mode device-plugin the devices prepared
   claims hold (Unhealthy to the kubelet).
-- :func:`withdraw_slices` (mode device-plugin): the node's ResourceSlices go, so no new claim is
-  allocated here.
-- :func:`dra_parts`: the DRA host (mode dra, or mode device-plugin after mode dra, to unprepare)
-  and the handover between the modes.
-- :func:`nri_plugin` (mode dra): the injection annotations onto containers through NRI.
+- :func:`slice_publisher`: the node's ResourceSlices; :func:`withdraw_slices` (mode device-plugin):
+  they go, so no new claim is allocated here.
+- :func:`dra_host`: the DRA kubelet plugin (mode dra, or mode device-plugin after mode dra, to
+  unprepare), over the checkpoint at :func:`checkpoint_path`.
 - :func:`hand_back` (mode device-plugin): the kubelet's DRA API is served while the checkpoint
   holds claims, so that their pods' ends release them; then it goes.
 """
@@ -20,23 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from kubernetes_asyncio.config import ConfigException
 
-from .dra_checkpoint import CheckpointStore, read_boot_id
-from .dra_plugin import DraHost
-from .dra_prepare import Preparer
-from .dra_publish import SlicePublisher
-from .dra_slices import DYNAMIC
-from .handover import Handover, Split, holders
-from .inventory import Inventory
-from .kube import ApiserverUnavailable, read_claim, read_pod
-from .model import Device
-from .nri import NriPlugin
-from .reclaim import Listed
-from .resources import ResourceNames
-from .runtime import RuntimeClient
-from .runtime_partitions import PartitionClient
-from .settings import Settings
+from ..dra.checkpoint import CheckpointStore, read_boot_id
+from ..dra.offers import DYNAMIC
+from ..dra.plugin import DraHost
+from ..dra.prepare import Preparer
+from ..dra.publish import SlicePublisher
+from ..dra.runtime_partitions import PartitionClient
+from ..handover import Handover, Split, held_taints, holders
+from ..kube import ApiserverUnavailable, read_claim, read_pod
+from ..model import Device
+from ..node import Node, Parts
+from ..reclaim import Listed
+from ..settings import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -61,6 +56,20 @@ def tracker(handover: Handover, devices: Callable[[], Sequence[Device]], *, dra:
     return listed
 
 
+def slice_publisher(node: Node, handover: Handover | None = None) -> SlicePublisher:
+    """The node's ResourceSlices of the driver; with ``handover`` (mode dra), the devices
+    device-plugin pods hold are tainted in them."""
+    s = node.settings
+    return SlicePublisher(
+        node.api,
+        s.node_name,
+        driver=s.dra_driver_name,
+        partitions=s.dra_partitions,
+        taints=lambda: held_taints(handover.held if handover is not None else {}),
+        topology_labels=s.topology_labels,
+    )
+
+
 async def withdraw_slices(publisher: SlicePublisher) -> None:
     """Delete the node's slices of the driver; retried until the apiserver answers."""
     while True:
@@ -81,17 +90,16 @@ async def hand_back(host: DraHost, unprepared: asyncio.Event, wake: Callable[[],
     """Serve the kubelet's DRA API until the checkpoint holds no claim; ``unprepared`` is set after
     every ``NodeUnprepareResources``, and ``wake`` (a reconcile pass) then lets the kubelet have
     the released devices again."""
-    preparer = host.plugin.preparer
-    if not preparer.checkpoint.claims:
+    if not host.claims:
         return
     log.info(
         "dra_claims_served_until_unprepared",
-        claims=sorted(f"{r.namespace}/{r.name}" for r in preparer.checkpoint.claims.values()),
+        claims=sorted(f"{r.namespace}/{r.name}" for r in host.claims.values()),
         prepare="refused for new claims",
     )
     await host.start()
     try:
-        while preparer.checkpoint.claims:
+        while host.claims:
             await unprepared.wait()
             unprepared.clear()
             wake()
@@ -101,15 +109,13 @@ async def hand_back(host: DraHost, unprepared: asyncio.Event, wake: Callable[[],
 
 
 def dra_host(
-    s: Settings,
-    client: RuntimeClient,
-    api: Any,
-    names: ResourceNames,
-    inventory: Inventory,
+    parts: Parts,
     *,
     prepare: bool = True,
     on_unprepared: Callable[[], None] | None = None,
 ) -> DraHost:
+    s, api, inventory = parts.settings, parts.api, parts.inventory
+
     async def claim(ns: str, name: str) -> dict[str, Any]:
         return await read_claim(api, ns, name)
 
@@ -118,12 +124,12 @@ def dra_host(
 
     store = CheckpointStore(checkpoint_path(s), read_boot_id())
     preparer = Preparer(
-        client,
+        parts.client,
         read_claim=claim,
         read_pod=pod,
         devices=lambda: inventory.view().devices,
         store=store,
-        names=names,
+        names=parts.names,
         driver=s.dra_driver_name,
         pool=s.node_name,
         cdi_dir=Path(s.cdi_dir),
@@ -143,29 +149,5 @@ def dra_host(
     )
 
 
-def nri_plugin(s: Settings) -> NriPlugin | None:
-    """The NRI plugin that puts the injection annotations of prepared claims on containers
-    (mode dra with --nri); None otherwise."""
-    if s.mode != "dra" or not s.nri:
-        return None
-    return NriPlugin(s.nri_socket, Path(s.cdi_dir), s.cdi_kind)
-
-
 def checkpoint_path(s: Settings) -> Path:
     return Path(s.dra_plugin_dir) / s.dra_driver_name / "checkpoint.json"
-
-
-def dra_parts(
-    s: Settings, client: RuntimeClient, api: Any, names: ResourceNames, inventory: Inventory
-) -> tuple[DraHost | None, Handover | None, asyncio.Event]:
-    """The DRA host (mode dra, or mode device-plugin after mode dra this boot, to unprepare) and
-    the handover when the other mode may hold devices; the event is set after every unprepare."""
-    unprepared = asyncio.Event()
-    dra = s.mode == "dra"
-    if dra and api is None:
-        raise ConfigException("mode dra needs the apiserver (ResourceSlices, ResourceClaims)")
-    if not dra and not checkpoint_path(s).exists():
-        return None, None, unprepared  # this node never ran in mode dra
-    host = dra_host(s, client, api, names, inventory, prepare=dra, on_unprepared=unprepared.set)
-    keep = dra or bool(host.plugin.preparer.checkpoint.claims)
-    return host, Handover() if keep else None, unprepared

@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from .errors import PermanentError
+from ..errors import PermanentError
 
 log = structlog.get_logger(__name__)
 
@@ -156,6 +156,11 @@ def current(data: bytes | None, boot_id: str) -> tuple[Checkpoint, LoadOutcome]:
     if cp.boot_id != boot_id:
         return Checkpoint(boot_id), LoadOutcome.OTHER_BOOT
     return cp, LoadOutcome.LOADED
+
+
+def claimed_ids(checkpoint: Checkpoint) -> frozenset[str]:
+    """The Runtime allocation ids of every claim the checkpoint holds."""
+    return frozenset(i for r in checkpoint.claims.values() for i in r.allocation_ids)
 
 
 def read_boot_id(path: Path = BOOT_ID_PATH) -> str:
