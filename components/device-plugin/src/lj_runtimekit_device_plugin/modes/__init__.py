@@ -24,11 +24,13 @@ Build = Callable[[Parts, DraHost, asyncio.Event], Mode]
 
 #: (node mode label, the checkpoint still holds claims) → the mode that runs.
 TABLE: Mapping[tuple[str, bool], Build] = {
+    # claims in the checkpoint (a restart) stay prepared: a repeated prepare allocates nothing
     ("dra", False): lambda parts, host, _: DraMode(parts, host),
     ("dra", True): lambda parts, host, _: DraMode(parts, host),
-    # after mode dra: the slices withdrawn
+    # back from mode dra with nothing left to unprepare: only the slices are withdrawn
     ("device-plugin", False): lambda parts, host, _: DevicePluginMode(after_dra=host),
-    # the kubelet's DRA API for unprepare only, the claims' devices Unhealthy until it
+    # back from mode dra with claims prepared: the kubelet's DRA API for them alone, their
+    # devices Unhealthy to the kubelet until each is unprepared
     ("device-plugin", True): HandBack,
 }
 
