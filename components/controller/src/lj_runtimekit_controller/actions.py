@@ -1,16 +1,19 @@
-"""The action loop: caches of nodes and agent Jobs from list+watch, workers that reconcile."""
+"""The action loop: caches of nodes, agent Jobs and the layouts ConfigMap from informers, and
+workers that reconcile a node by performing the steps :mod:`.steps` decides."""
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 import time
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
+from functools import partial
 
 import structlog
 
-from . import job_spec, names, partitioning, reconcile, status
+from . import job_spec, names, partitioning, reconcile, status, steps
 from .errors import PermanentError, TemporaryError
+from .informer import Informer
 from .kube import Gone, Kube, Obj, job_node, job_view
 from .metrics import Metrics
 from .partition_layout import Layout, LayoutError, parse_configmap
@@ -41,13 +44,19 @@ class ActionLoop:
         self.layouts: dict[str, Layout | LayoutError] | None = None
         """The partition layouts of the ConfigMap; None while it does not exist."""
         self.queue = WorkQueue()
-        self.synced = {
-            "nodes": asyncio.Event(),
-            "jobs": asyncio.Event(),
-            "configmaps": asyncio.Event(),
+        self.informers = {
+            kind: Informer(
+                kind,
+                partial(self._list, kind),
+                partial(self._watch, kind),
+                partial(self._event, kind),
+                on_relist=partial(self._relist, kind),
+                gone=(Gone,),
+                retry=(TemporaryError,),
+                log=log,
+            )
+            for kind in ("nodes", "jobs", "configmaps")
         }
-        self.failing: dict[str, str] = {}
-        """Kind → why its list/watch fails now (shown in /healthz; the rest keeps working)."""
         self._reserved = 0
         self.policy = reconcile.Policy(
             retry_limit=settings.retry_limit,
@@ -73,7 +82,54 @@ class ActionLoop:
             ),
         )
 
+    @property
+    def failing(self) -> dict[str, str]:
+        """Kind → why its list/watch fails now (shown in /healthz; the rest keeps working)."""
+        return {k: i.failing for k, i in self.informers.items() if i.failing is not None}
+
+    async def sync(self, kind: str) -> None:
+        """List, then watch ``kind`` forever (``informer.py``)."""
+        await self.informers[kind].run()
+
     # ------------------------------------------------------------------ caches
+    async def _list(self, kind: str) -> tuple[Sequence[Obj], str]:
+        if kind == "configmaps":
+            listing = await self.kube.list_configmap(self.s.namespace, self.s.layouts_configmap)
+        elif kind == "nodes":
+            listing = await self.kube.list_nodes(self.s.node_selector)
+        else:
+            listing = await self.kube.list_jobs(self.s.namespace)
+        return listing.get("items") or [], listing["metadata"]["resourceVersion"]
+
+    def _watch(self, kind: str, rv: str) -> AsyncIterator[tuple[str, Obj]]:
+        if kind == "configmaps":
+            return self.kube.stream(kind, self.s.namespace, rv, name=self.s.layouts_configmap)
+        return self.kube.stream(kind, self.s.namespace, rv, self.s.node_selector)
+
+    def _relist(self, kind: str, items: Sequence[Obj]) -> None:
+        """Before the list is replayed: drop (and queue) what it no longer holds."""
+        if kind == "configmaps":
+            if not items:
+                self._set_layouts(None)
+            return
+        cache = self.nodes if kind == "nodes" else self.jobs
+        fresh = {o["metadata"]["name"]: o for o in items}
+        for gone in set(cache) - set(fresh):
+            self._enqueue(kind, cache.pop(gone))
+        cache.clear()
+        cache.update(fresh)
+
+    def _event(self, kind: str, kind_of_event: str, obj: Obj) -> None:
+        if kind == "configmaps":
+            self._set_layouts(None if kind_of_event == "DELETED" else obj)
+            return
+        cache = self.nodes if kind == "nodes" else self.jobs
+        if kind_of_event == "DELETED":
+            cache.pop(obj["metadata"]["name"], None)
+        else:
+            self._store(cache, obj)
+        self._enqueue(kind, obj)
+
     def _store(self, cache: dict[str, Obj], obj: Obj) -> bool:
         name = obj["metadata"]["name"]
         old = cache.get(name)
@@ -97,77 +153,6 @@ class ActionLoop:
             if self.s.layout_label_key in (node["metadata"].get("labels") or {}):
                 self.queue.add(name)
 
-    async def _sync_layouts(self) -> None:
-        delay = 1.0
-        while True:
-            try:
-                listing = await self.kube.list_configmap(self.s.namespace, self.s.layouts_configmap)
-                items = listing.get("items") or []
-                self._set_layouts(items[0] if items else None)
-                self.synced["configmaps"].set()
-                self.failing.pop("configmaps", None)
-                rv = listing["metadata"]["resourceVersion"]
-                while True:
-                    async for kind_of_event, obj in self.kube.stream(
-                        "configmaps", self.s.namespace, rv, name=self.s.layouts_configmap
-                    ):
-                        rv = obj["metadata"].get("resourceVersion", rv)
-                        if kind_of_event != "BOOKMARK":
-                            self._set_layouts(None if kind_of_event == "DELETED" else obj)
-                    delay = 1.0
-            except Gone:
-                log.info("watch_expired", kind="configmaps")
-            except TemporaryError as e:
-                log.warning("watch_failed", kind="configmaps", error=str(e), retry_in_s=delay)
-                self.failing["configmaps"] = str(e)[:300]
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-
-    async def sync(self, kind: str) -> None:
-        """List, then watch ``kind`` forever; list again when the watch is too old or breaks."""
-        if kind == "configmaps":
-            await self._sync_layouts()
-            return
-        cache = self.nodes if kind == "nodes" else self.jobs
-        delay = 1.0
-        while True:
-            try:
-                listing = await (
-                    self.kube.list_nodes(self.s.node_selector)
-                    if kind == "nodes"
-                    else self.kube.list_jobs(self.s.namespace)
-                )
-                fresh = {o["metadata"]["name"]: o for o in listing.get("items") or []}
-                for gone in set(cache) - set(fresh):
-                    self._enqueue(kind, cache.pop(gone))
-                cache.clear()
-                cache.update(fresh)
-                for obj in fresh.values():
-                    self._enqueue(kind, obj)
-                self.synced[kind].set()
-                self.failing.pop(kind, None)
-                rv = listing["metadata"]["resourceVersion"]
-                while True:
-                    async for kind_of_event, obj in self.kube.stream(
-                        kind, self.s.namespace, rv, self.s.node_selector
-                    ):
-                        rv = obj["metadata"].get("resourceVersion", rv)
-                        if kind_of_event == "BOOKMARK":
-                            continue
-                        if kind_of_event == "DELETED":
-                            cache.pop(obj["metadata"]["name"], None)
-                        else:
-                            self._store(cache, obj)
-                        self._enqueue(kind, obj)
-                    delay = 1.0
-            except Gone:
-                log.info("watch_expired", kind=kind)
-            except TemporaryError as e:
-                log.warning("watch_failed", kind=kind, error=str(e), retry_in_s=delay)
-                self.failing[kind] = str(e)[:300]
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-
     # ------------------------------------------------------------------ decisions
     def _views(self, node: str) -> list[reconcile.JobView]:
         views = []
@@ -187,48 +172,24 @@ class ActionLoop:
         running = sum(1 for j in self.jobs.values() if (v := job_view(j)) and v.phase == "running")
         return running + self._reserved
 
-    def step_for(self, name: str) -> reconcile.Step | partitioning.Refuse | None:
-        """The next step for the node: its features' action first, then its partition layout;
-        one agent Job of the node at a time, whichever it is for."""
+    def step_for(self, name: str) -> steps.NextStep | None:
+        """The next step for the node (:func:`steps.next_step`); None when it is gone."""
         node = self.nodes.get(name)
         if node is None:
             return None
         meta = node["metadata"]
-        labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
-        view = reconcile.NodeView(
-            name=name,
-            desired="enable" if labels.get(self.s.label_key) == self.s.label_value else "disable",
-            status=status.parse(ann.get(names.STATUS_ANNOTATION)),
-            retry_requested=names.RETRY_ANNOTATION in ann,
-        )
-        views = self._views(name)
-        features = [v for v in views if v.action in names.FEATURE_ACTIONS]
-        layouts = [v for v in views if v.action == partitioning.ACTION]
-        now = time.time()
-        step = reconcile.decide(view, features, self.active_jobs(), self.policy, now)
-        if not isinstance(step, (reconcile.InSync, reconcile.Wait)):
-            return step
-        if any(v.phase == "running" for v in features):
-            return step
-        partition = partitioning.decide(
+        return steps.next_step(
+            name,
+            meta.get("labels") or {},
+            meta.get("annotations") or {},
+            self._views(name),
             self.desired_layout(name),
-            partitioning.parse_status(ann.get(names.PARTITION_STATUS_ANNOTATION)),
-            layouts,
+            feature_label=(self.s.label_key, self.s.label_value),
             active=self.active_jobs(),
             policy=self.policy,
-            now=now,
+            now=time.time(),
             wait_interval=self.s.partition_wait_interval,
-            retry_requested=names.RETRY_ANNOTATION in ann,
         )
-        if isinstance(partition, reconcile.InSync):
-            return step
-        if isinstance(partition, reconcile.Create) and any(v.phase == "running" for v in views):
-            return reconcile.Wait("another agent Job of the node runs")
-        if isinstance(partition, reconcile.Wait) and isinstance(step, reconcile.Wait):
-            # The sooner of the two requeues, so neither waits for the other.
-            times = [s.after_s for s in (step, partition) if s.after_s is not None]
-            return reconcile.Wait(partition.reason, min(times) if times else None)
-        return partition
 
     # ------------------------------------------------------------------ steps
     async def _create(self, name: str, step: reconcile.Create) -> None:
@@ -294,7 +255,8 @@ class ActionLoop:
         self.metrics.actions.labels(partitioning.ACTION, "refused").inc()
         log.warning("partition_layout_refused", node=name, layout=want.name, error=want.error)
 
-    async def _record_partition(self, name: str, step: reconcile.Record) -> None:
+    async def _record(self, name: str, step: reconcile.Record) -> None:
+        """Write a finished Job's outcome on its node (:func:`steps.recording` says what)."""
         job = step.job
         before = partitioning.parse_status(
             (self.nodes[name]["metadata"].get("annotations") or {}).get(
@@ -302,106 +264,23 @@ class ActionLoop:
             )
         )
         out = await self._outcome(name, job)
-        result = partitioning.result_of(out.succeeded, out.reason)
-        retry = {
-            "succeeded": "",
-            "refused": "fix the layout or the node's label, or annotate the node "
-            f"{names.RETRY_ANNOTATION}=now",
-            "waiting": f"next try in {self.s.partition_wait_interval:g} s",
-            "failed": step.retry,
-        }[result]
-        st = partitioning.PartitionStatus(
-            layout=job.layout,
-            digest=job.digest,
-            result=result,
-            time=_now(),
-            job=job.name,
-            job_uid=job.uid,
-            attempt=job.attempt,
-            reason=out.reason,
-            message=out.message[: partitioning.MAX_TEXT],
-            retry=retry,
+        rec = steps.recording(
+            name,
+            step,
+            out,
+            before=before,
+            now_text=_now(),
+            wait_interval=self.s.partition_wait_interval,
         )
-        node = await self.kube.annotate_node(
-            name, {names.PARTITION_STATUS_ANNOTATION: st.to_json()}
-        )
+        node = await self.kube.annotate_node(name, dict([rec.annotation]))
         self._store(self.nodes, node)
-        reason, kind = {
-            "succeeded": ("PartitionConverged", "Normal"),
-            "waiting": ("PartitionWaiting", "Normal"),
-            "refused": ("PartitionLayoutRefused", "Warning"),
-            "failed": ("PartitionFailed", "Warning"),
-        }[result]
-        text = f"layout {job.layout} (Job {job.name}, try {job.attempt}): {out.message}"
-        if retry:
-            text += f"; {retry}"
-        # A layout that keeps waiting for the same pods says so once, not every try: the
-        # annotation carries each try, the Event the first and every change of what blocks it.
-        again = (
-            result == "waiting"
-            and before is not None
-            and (before.layout, before.digest, before.result, before.message)
-            == (st.layout, st.digest, st.result, st.message)
-        )
-        if not again:
-            await self.kube.node_event(node, reason, kind, text)
-        self.metrics.actions.labels(job.action, result).inc()
-        if job.finished and result == "succeeded":
+        if rec.event is not None:
+            await self.kube.node_event(node, *rec.event)
+        self.metrics.actions.labels(job.action, rec.result).inc()
+        if rec.observe_duration and job.finished:
             self.metrics.duration.labels(job.action).observe(max(job.finished - job.created, 0))
-        (log.info if result in ("succeeded", "waiting") else log.warning)(
-            "partition_" + result,
-            node=name,
-            layout=job.layout,
-            job=job.name,
-            attempt=job.attempt,
-            reason=out.reason,
-            message=out.message,
-        )
-        if result in ("succeeded", "refused"):
-            await self.kube.delete_job(self.s.namespace, job.name)
-            self.jobs.pop(job.name, None)
-
-    async def _record(self, name: str, step: reconcile.Record) -> None:
-        job = step.job
-        if job.action == partitioning.ACTION:
-            await self._record_partition(name, step)
-            return
-        out = await self._outcome(name, job)
-        result = "succeeded" if out.succeeded else "failed"
-        retry = "" if out.succeeded else step.retry
-        st = status.Status(
-            action=job.action,
-            result=result,
-            time=_now(),
-            job=job.name,
-            job_uid=job.uid,
-            attempt=job.attempt,
-            agent_version=out.agent_version,
-            reason=out.reason,
-            message=out.message,
-            retry=retry,
-        )
-        node = await self.kube.annotate_node(name, {names.STATUS_ANNOTATION: st.to_json()})
-        self._store(self.nodes, node)
-        reason = "ActionSucceeded" if out.succeeded else "ActionFailed"
-        text = f"{job.action} {result} (Job {job.name}, try {job.attempt}): {out.message}"
-        if retry:
-            text += f"; {retry}"
-        await self.kube.node_event(node, reason, "Normal" if out.succeeded else "Warning", text)
-        self.metrics.actions.labels(job.action, result).inc()
-        if job.finished:
-            self.metrics.duration.labels(job.action).observe(max(job.finished - job.created, 0))
-        (log.info if out.succeeded else log.warning)(
-            "action_" + result,
-            node=name,
-            action=job.action,
-            job=job.name,
-            attempt=job.attempt,
-            job_condition=job.phase,
-            reason=out.reason,
-            message=out.message,
-        )
-        if out.succeeded:
+        (log.info if rec.ok else log.warning)(rec.log_event, **rec.log_fields)
+        if rec.delete_job:
             await self.kube.delete_job(self.s.namespace, job.name)
             self.jobs.pop(job.name, None)
 
@@ -427,8 +306,8 @@ class ActionLoop:
                 log.info("job_deleted", node=name, job=step.job.name, reason=step.reason)
 
     async def worker(self) -> None:
-        for kind in self.synced:
-            await self.synced[kind].wait()
+        for informer in self.informers.values():
+            await informer.synced.wait()
         while True:
             name = await self.queue.get()
             self.metrics.queue_depth.set(len(self.queue))
