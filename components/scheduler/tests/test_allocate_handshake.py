@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from lj_runtimekit_scheduler import objects
 from lj_runtimekit_scheduler.errors import TemporaryError
-from lj_runtimekit_scheduler.informer import Informers
+from lj_runtimekit_scheduler.feed import Informers
 from lj_runtimekit_scheduler.metrics import Metrics
 from lj_runtimekit_scheduler.model import ASSIGNMENT_ANNOTATION, Device, Pod
 from lj_runtimekit_scheduler.plugins.allocate_handshake import bind_after

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from lj_runtimekit_scheduler import gang, gpu, objects, quantity
 from lj_runtimekit_scheduler.errors import ConfigError
-from lj_runtimekit_scheduler.informer import Informers
+from lj_runtimekit_scheduler.feed import Informers
 from lj_runtimekit_scheduler.model import (
     ASSIGNMENT_ANNOTATION,
     CORE_PER_GPU,

@@ -15,8 +15,8 @@ import structlog
 from . import lifecycle, logs
 from .errors import PermanentError
 from .events import EventRecorder
-from .informer import Informers
-from .informer import tasks as informer_tasks
+from .feed import Informers
+from .feed import tasks as informer_tasks
 from .kube import Kube, Lease
 from .leader import Elector
 from .metrics import Metrics

@@ -1,176 +1,120 @@
-"""Informers: list, then watch, nodes, NodeDevices and pods into the state and the queue, and
-ResourceSlices and ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`).
+"""An informer: list, replay the list as events, watch from its resourceVersion, forever.
 
-Each kind is listed once, then watched from the list's resourceVersion; a closed stream is
-resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried with the
-suite's backoff (1 s, ×2, 30 s). A malformed object is logged and skipped, never fatal.
+client-go's reflector, small: the list's items reach ``on_event`` as ``ADDED`` (after
+``on_relist``, where the component drops what the list no longer holds); the watch then starts
+from the list's resourceVersion and resumes from the last one seen whenever a stream ends by
+itself (its timeout). An expired resourceVersion (410, one of ``gone``) lists again at once; any
+of ``retry`` is logged, shown in ``failing`` (for ``/healthz``) and retried with the suite's
+backoff (1 s, ×2, 30 s at most), listing again unless ``resume_after_error``. Anything else
+propagates: the task guard reports it.
+
+The component owns the transport: ``list_()`` returns ``(items, resourceVersion)`` and
+``watch(rv)`` yields ``(type, object)`` pairs, converting its client's errors to its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 import structlog
 
-from . import objects
-from .errors import PermanentError, TemporaryError
-from .kube import Gone, Json, Kube
-from .queue import SchedulingQueue
-from .settings import Settings
-from .state import ClusterState
+T = TypeVar("T")
 
-log = structlog.get_logger("lj_runtimekit_scheduler.informer")
-
-KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims")
-OPTIONAL = ("resourceslices", "resourceclaims")
-"""Kinds a cluster may not serve: the scheduler starts without them."""
+BACKOFF_INITIAL_S = 1.0
+BACKOFF_MULTIPLIER = 2.0
+BACKOFF_MAX_S = 30.0
 
 
-class Informers:
+def backoff_s(failures: int) -> float:
+    """The suite's retry delay after ``failures`` failures in a row (1, 2, 4, … 30 s)."""
+    exponent = min(max(failures - 1, 0), 16)
+    return min(BACKOFF_INITIAL_S * BACKOFF_MULTIPLIER**exponent, BACKOFF_MAX_S)
+
+
+def resource_version(obj: object) -> str | None:
+    """``metadata.resourceVersion`` of a JSON object or of a Kubernetes client model."""
+    if isinstance(obj, dict):
+        meta = obj.get("metadata")
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    else:
+        version = getattr(getattr(obj, "metadata", None), "resource_version", None)
+    return str(version) if version else None
+
+
+class Informer(Generic[T]):
+    """One kind, listed and watched by :meth:`run` until cancelled."""
+
     def __init__(
         self,
-        kube: Kube,
-        settings: Settings,
-        state: ClusterState,
-        queue: SchedulingQueue,
-        poke: Callable[[], None],
+        kind: str,
+        list_: Callable[[], Awaitable[tuple[Sequence[T], str]]],
+        watch: Callable[[str], AsyncIterator[tuple[str, T]]],
+        on_event: Callable[[str, T], None],
+        *,
+        on_relist: Callable[[Sequence[T]], None] | None = None,
+        gone: tuple[type[BaseException], ...] = (),
+        retry: tuple[type[BaseException], ...] = (),
+        on_error: Callable[[BaseException], None] | None = None,
+        resume_after_error: bool = False,
+        version: Callable[[T], str | None] = resource_version,
+        log: Any = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.kube, self.settings, self.state, self.queue = kube, settings, state, queue
-        self.poke = poke
-        self.synced = {k: asyncio.Event() for k in KINDS}
-        self.failing: dict[str, str] = {}
-        """Kind → why its list/watch fails now; /healthz shows it (the rest keeps serving)."""
-        self._handlers: dict[str, Callable[[str, Json], None]] = {
-            "nodes": self._node,
-            "nodedevices": self._devices,
-            "pods": self._pod,
-            "resourceslices": self._slice,
-            "resourceclaims": self._claim,
-        }
+        self.kind = kind
+        self._list, self._watch, self._on_event = list_, watch, on_event
+        self._on_relist, self._on_error = on_relist, on_error
+        self._gone, self._retry = gone, retry
+        self._resume = resume_after_error
+        self._version = version
+        self._log = log if log is not None else structlog.get_logger("informer")
+        self._sleep = sleep
+        self.synced = asyncio.Event()
+        """Set once the first list has been replayed (and stays set)."""
+        self.failing: str | None = None
+        """Why the list or watch fails now (None: it works); ``/healthz`` shows it."""
+        self.lists = 0
+        """Lists made so far (the first one included)."""
 
-    async def wait_synced(self) -> None:
-        await asyncio.gather(*(e.wait() for e in self.synced.values()))
-
-    async def run(self, kind: str) -> None:
-        delay = 1.0
+    async def run(self) -> None:
+        failures = 0
         rv = ""
         while True:
             try:
                 if not rv:
-                    rv = await self._relist(kind)
-                    self.failing.pop(kind, None)
-                async for ev in self.kube.watch(kind, rv):
-                    self.failing.pop(kind, None)
-                    obj = ev.get("object")
-                    if not isinstance(obj, dict):
-                        raise TemporaryError(f"watch {kind}: event object is not a JSON object")
-                    meta = obj.get("metadata")
-                    rv = str(meta.get("resourceVersion", rv)) if isinstance(meta, dict) else rv
-                    if ev.get("type") != "BOOKMARK":
-                        self._handle(kind, str(ev.get("type")), obj)
-                delay = 1.0
-            except Gone:
+                    rv = await self.relist()
+                async for kind_of_event, obj in self._watch(rv):
+                    self.failing = None
+                    rv = self._version(obj) or rv
+                    if kind_of_event != "BOOKMARK":
+                        self._on_event(kind_of_event, obj)
+                failures = 0  # the stream ended by itself: watch on from the last version
+            except self._gone:
+                self._log.info("watch_expired", kind=self.kind)
                 rv = ""
-            except (TemporaryError, PermanentError) as e:
-                # PermanentError here is mostly a missing CRD or RBAC: say so, keep trying
-                log.warning("watch_failed", kind=kind, error=str(e)[:300], retry_in_s=delay)
-                self.failing[kind] = str(e)[:300]
-                if kind in OPTIONAL and isinstance(e, PermanentError):
-                    # a cluster without resource.k8s.io/v1 (or without our rights to it) has
-                    # no node in DRA mode: schedule without, keep trying
-                    self.synced[kind].set()
-                await asyncio.sleep(delay)
-                delay = min(30.0, delay * 2)
+            except self._retry as e:
+                failures += 1
+                delay = backoff_s(failures)
+                self._log.warning(
+                    "watch_failed", kind=self.kind, error=str(e)[:300], retry_in_s=delay
+                )
+                self.failing = str(e)[:300]
+                if self._on_error is not None:
+                    self._on_error(e)
+                if not self._resume:
+                    rv = ""
+                await self._sleep(delay)
 
-    async def _relist(self, kind: str) -> str:
-        listed, rv = await self.kube.list(kind)
-        items = [i for i in listed if isinstance(i, dict)]
-        if kind == "pods":
-            seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
-            for uid in [u for u in self.state.pods if u not in seen]:
-                self.state.remove_pod(uid)
-        elif kind == "resourceslices":
-            names = {m.get("name") for i in items if isinstance(m := i.get("metadata"), dict)}
-            for name in [n for n in self.state.dra.slices if n not in names]:
-                self.state.set_slice(name, None)
-        elif kind == "resourceclaims":
-            seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
-            for uid in [u for u in self.state.dra.claims if u not in seen]:
-                self.state.set_claim(None, uid)
+    async def relist(self) -> str:
+        """List, replay the items as ``ADDED``; returns the list's resourceVersion."""
+        items, rv = await self._list()
+        self.lists += 1
+        if self._on_relist is not None:
+            self._on_relist(items)
         for obj in items:
-            self._handle(kind, "ADDED", obj)
-        self.synced[kind].set()
-        log.info("informer_synced", kind=kind, objects=len(items))
+            self._on_event("ADDED", obj)
+        self.synced.set()
+        self.failing = None
+        self._log.info("informer_synced", kind=self.kind, objects=len(items))
         return rv
-
-    def _handle(self, kind: str, ev_type: str, obj: Json) -> None:
-        try:
-            self._handlers[kind](ev_type, obj)
-        except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError) as e:
-            # Any shape a user or a broken writer can give: skip the object, name it, go on.
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
-            name = meta.get("name") if isinstance(meta, dict) else None
-            log.warning("object_malformed", kind=kind, name=name, error=repr(e)[:300])
-
-    def _node(self, ev_type: str, obj: Json) -> None:
-        if ev_type == "DELETED":
-            self.state.remove_node(obj["metadata"]["name"])
-            return
-        self.state.set_node(objects.node(obj))
-        self._changed()
-
-    def _devices(self, ev_type: str, obj: Json) -> None:
-        node, devices = objects.node_devices(obj, self.settings.resources)
-        if ev_type == "DELETED":
-            self.state.set_devices(node, ())
-        else:
-            self.state.set_devices(node, devices, objects.confirms_allocations(obj))
-        self._changed()
-
-    def _slice(self, ev_type: str, obj: Json) -> None:
-        name = obj["metadata"]["name"]
-        self.state.set_slice(name, None if ev_type == "DELETED" else obj)
-        self._changed()
-
-    def _claim(self, ev_type: str, obj: Json) -> None:
-        if ev_type == "DELETED":
-            self.state.set_claim(None, str(obj["metadata"]["uid"]))
-        else:
-            self.state.set_claim(obj)
-        self._changed()
-
-    def _pod(self, ev_type: str, obj: Json) -> None:
-        pod = objects.pod(obj, self.settings.resources)
-        if ev_type == "DELETED":
-            self.queue.delete(pod.uid)
-            if pod.uid in self.state.pods:
-                self.state.remove_pod(pod.uid)
-                self._changed()
-            return
-        ours = pod.scheduler_name == self.settings.scheduler_name
-        if ours and not pod.node_name and not pod.deleting and pod.phase == "Pending":
-            if pod.uid not in self.state.assumed:
-                self.queue.add(pod, time.monotonic())
-                self.poke()
-            return
-        self.queue.delete(pod.uid)
-        held, was_pending = pod.uid in self.state.pods, self.state.is_pending(pod.uid)
-        self.state.observe_pod(pod)
-        if held and pod.uid not in self.state.pods:
-            self._changed()  # a pod finished: its resources are free again
-        elif was_pending and not self.state.is_pending(pod.uid):
-            # the device plugin confirmed it: pods of the same request may go to its node now,
-            # and a gang member bound after it may be bound (the scheduler waits on poke)
-            self.queue.cluster_changed(time.monotonic())
-            self.poke()
-
-    def _changed(self) -> None:
-        if self.queue.cluster_changed(time.monotonic()):
-            self.poke()
-
-
-def tasks(inf: Informers) -> dict[str, Any]:
-    return {f"informer-{k}": inf.run(k) for k in KINDS}

@@ -1,0 +1,181 @@
+"""The feed: nodes, NodeDevices and pods into the state and the queue, and ResourceSlices and
+ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), one informer each.
+
+Each kind is listed, then watched from the list's resourceVersion (``informer.py``); a closed
+stream is resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried
+with the suite's backoff (1 s, ×2, 30 s), resuming the watch where it was. A malformed object is
+logged and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
+from typing import Any
+
+import structlog
+
+from . import objects
+from .errors import PermanentError, TemporaryError
+from .informer import Informer
+from .kube import Gone, Json, Kube
+from .queue import SchedulingQueue
+from .settings import Settings
+from .state import ClusterState
+
+log = structlog.get_logger("lj_runtimekit_scheduler.informer")
+
+KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims")
+OPTIONAL = ("resourceslices", "resourceclaims")
+"""Kinds a cluster may not serve: the scheduler starts without them."""
+
+
+class Informers:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: Settings,
+        state: ClusterState,
+        queue: SchedulingQueue,
+        poke: Callable[[], None],
+    ) -> None:
+        self.kube, self.settings, self.state, self.queue = kube, settings, state, queue
+        self.poke = poke
+        self.informers = {
+            kind: Informer(
+                kind,
+                partial(self._list, kind),
+                partial(self._watch, kind),
+                partial(self._handle, kind),
+                on_relist=partial(self._relist, kind),
+                gone=(Gone,),
+                retry=(TemporaryError, PermanentError),
+                on_error=partial(self._failed, kind),
+                resume_after_error=True,
+                log=log,
+            )
+            for kind in KINDS
+        }
+        self.synced = {k: i.synced for k, i in self.informers.items()}
+        self._handlers: dict[str, Callable[[str, Json], None]] = {
+            "nodes": self._node,
+            "nodedevices": self._devices,
+            "pods": self._pod,
+            "resourceslices": self._slice,
+            "resourceclaims": self._claim,
+        }
+
+    @property
+    def failing(self) -> dict[str, str]:
+        """Kind → why its list/watch fails now; /healthz shows it (the rest keeps serving)."""
+        return {k: i.failing for k, i in self.informers.items() if i.failing is not None}
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(e.wait() for e in self.synced.values()))
+
+    async def run(self, kind: str) -> None:
+        await self.informers[kind].run()
+
+    async def _list(self, kind: str) -> tuple[Sequence[Json], str]:
+        listed, rv = await self.kube.list(kind)
+        return [i for i in listed if isinstance(i, dict)], rv
+
+    async def _watch(self, kind: str, rv: str) -> AsyncIterator[tuple[str, Json]]:
+        async for ev in self.kube.watch(kind, rv):
+            obj = ev.get("object")
+            if not isinstance(obj, dict):
+                raise TemporaryError(f"watch {kind}: event object is not a JSON object")
+            yield str(ev.get("type")), obj
+
+    def _failed(self, kind: str, e: BaseException) -> None:
+        # PermanentError here is mostly a missing CRD or RBAC: said in failing, tried again
+        if kind in OPTIONAL and isinstance(e, PermanentError):
+            # a cluster without resource.k8s.io/v1 (or without our rights to it) has no node
+            # in DRA mode: schedule without, keep trying
+            self.synced[kind].set()
+
+    def _relist(self, kind: str, items: Sequence[Json]) -> None:
+        """Before the list is replayed: drop from the state what it no longer holds."""
+        if kind == "pods":
+            seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
+            for uid in [u for u in self.state.pods if u not in seen]:
+                self.state.remove_pod(uid)
+        elif kind == "resourceslices":
+            names = {m.get("name") for i in items if isinstance(m := i.get("metadata"), dict)}
+            for name in [n for n in self.state.dra.slices if n not in names]:
+                self.state.set_slice(name, None)
+        elif kind == "resourceclaims":
+            seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
+            for uid in [u for u in self.state.dra.claims if u not in seen]:
+                self.state.set_claim(None, uid)
+
+    def _handle(self, kind: str, ev_type: str, obj: Json) -> None:
+        try:
+            self._handlers[kind](ev_type, obj)
+        except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError) as e:
+            # Any shape a user or a broken writer can give: skip the object, name it, go on.
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            log.warning("object_malformed", kind=kind, name=name, error=repr(e)[:300])
+
+    def _node(self, ev_type: str, obj: Json) -> None:
+        if ev_type == "DELETED":
+            self.state.remove_node(obj["metadata"]["name"])
+            return
+        self.state.set_node(objects.node(obj))
+        self._changed()
+
+    def _devices(self, ev_type: str, obj: Json) -> None:
+        node, devices = objects.node_devices(obj, self.settings.resources)
+        if ev_type == "DELETED":
+            self.state.set_devices(node, ())
+        else:
+            self.state.set_devices(node, devices, objects.confirms_allocations(obj))
+        self._changed()
+
+    def _slice(self, ev_type: str, obj: Json) -> None:
+        name = obj["metadata"]["name"]
+        self.state.set_slice(name, None if ev_type == "DELETED" else obj)
+        self._changed()
+
+    def _claim(self, ev_type: str, obj: Json) -> None:
+        if ev_type == "DELETED":
+            self.state.set_claim(None, str(obj["metadata"]["uid"]))
+        else:
+            self.state.set_claim(obj)
+        self._changed()
+
+    def _pod(self, ev_type: str, obj: Json) -> None:
+        pod = objects.pod(obj, self.settings.resources)
+        if ev_type == "DELETED":
+            self.queue.delete(pod.uid)
+            if pod.uid in self.state.pods:
+                self.state.remove_pod(pod.uid)
+                self._changed()
+            return
+        ours = pod.scheduler_name == self.settings.scheduler_name
+        if ours and not pod.node_name and not pod.deleting and pod.phase == "Pending":
+            if pod.uid not in self.state.assumed:
+                self.queue.add(pod, time.monotonic())
+                self.poke()
+            return
+        self.queue.delete(pod.uid)
+        held, was_pending = pod.uid in self.state.pods, self.state.is_pending(pod.uid)
+        self.state.observe_pod(pod)
+        if held and pod.uid not in self.state.pods:
+            self._changed()  # a pod finished: its resources are free again
+        elif was_pending and not self.state.is_pending(pod.uid):
+            # the device plugin confirmed it: pods of the same request may go to its node now,
+            # and a gang member bound after it may be bound (the scheduler waits on poke)
+            self.queue.cluster_changed(time.monotonic())
+            self.poke()
+
+    def _changed(self) -> None:
+        if self.queue.cluster_changed(time.monotonic()):
+            self.poke()
+
+
+def tasks(inf: Informers) -> dict[str, Any]:
+    return {f"informer-{k}": inf.run(k) for k in KINDS}
