@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
 
 from . import bundled, render, rollout, status
 from .errors import OperatorError, PolicyError
+from .informer import Informer
 from .kube import Gone, Kube, pod_troubles, workload_view
 from .metrics import Metrics
 from .objects import RESOURCES, Obj, key
@@ -61,7 +62,17 @@ class Reconciler:
     ) -> None:
         self.settings, self.kube, self.metrics, self.clock = settings, kube, metrics, clock
         self.changed = asyncio.Event()
-        self.failing: dict[str, str] = {}
+        self.policies: Informer[Obj] = Informer(
+            "policies",
+            self._list_policies,
+            self.kube.watch_policies,
+            lambda kind, obj: self.changed.set(),
+            on_relist=lambda items: self.changed.set(),
+            gone=(Gone,),
+            retry=(OperatorError,),
+            log=log,
+        )
+        self._failing: dict[str, str] = {}
         self._applied: dict[str, str] = {}  # component → digest of what was applied last
         self._pruned: set[str] = set()  # disabled components whose objects are gone
         self._policy_uid = ""
@@ -69,29 +80,22 @@ class Reconciler:
 
     # ------------------------------------------------------------------ loops
 
+    @property
+    def failing(self) -> dict[str, str]:
+        """What does not work now (the policy watch, the last pass); /healthz shows it."""
+        watch = {"watch": self.policies.failing} if self.policies.failing is not None else {}
+        return watch | self._failing
+
     async def watch(self) -> None:
         """Sets ``changed`` on every change of a policy; lists again after a 410."""
-        rv = ""
-        failures = 0
-        while True:
-            try:
-                if not rv:
-                    rv = str(_meta(await self.kube.list_policies()).get("resourceVersion", ""))
-                    self.changed.set()
-                async for kind, obj in self.kube.watch_policies(rv):
-                    rv = str(_meta(obj).get("resourceVersion", rv))
-                    if kind != "BOOKMARK":
-                        self.changed.set()
-                failures = 0
-                self.failing.pop("watch", None)
-            except Gone:
-                rv = ""
-            except OperatorError as e:
-                failures += 1
-                self.failing["watch"] = str(e)[:300]
-                log.warning("policy_watch_failed", error=str(e)[:300], failures=failures)
-                rv = ""
-                await asyncio.sleep(min(30.0, 2.0 ** min(failures, 5)))
+        await self.policies.run()
+
+    async def _list_policies(self) -> tuple[Sequence[Obj], str]:
+        listing = await self.kube.list_policies()
+        items = listing.get("items")
+        return (items if isinstance(items, list) else []), str(
+            _meta(listing).get("resourceVersion", "")
+        )
 
     async def run(self) -> None:
         """Reconcile on every change, every ``progress_interval`` while something is moving,
@@ -102,10 +106,10 @@ class Reconciler:
             try:
                 busy = await self.reconcile()
                 self.metrics.reconciles.inc()
-                self.failing.pop("reconcile", None)
+                self._failing.pop("reconcile", None)
             except OperatorError as e:
                 self.metrics.reconcile_errors.labels(type(e).__name__).inc()
-                self.failing["reconcile"] = str(e)[:300]
+                self._failing["reconcile"] = str(e)[:300]
                 log.warning("reconcile_failed", error=str(e)[:300])
             wait = self.settings.progress_interval if busy else self.settings.resync_period
             with contextlib.suppress(TimeoutError):
