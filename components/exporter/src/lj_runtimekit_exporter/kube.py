@@ -2,20 +2,22 @@
 
 For clusters that keep the kubelet's read-only port closed. A list, then a watch from its
 resourceVersion, watching again from the last one seen when a watch times out; on expiry (410)
-or a dropped connection it lists again with the guide's backoff (1 s, x2, 30 s). Scrapes never
-wait on it: :meth:`ApiserverPods.pods` returns the watch cache.
+or a dropped connection it lists again with the guide's backoff (1 s, x2, 30 s): the informer of
+``informer.py``. Scrapes never wait on it: :meth:`ApiserverPods.pods` returns the watch cache.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import structlog
 from kubernetes_asyncio import client, config, watch
 
 from .errors import ConfigError
+from .informer import Informer
 from .kubelet import PodsUnavailable
 from .snapshot import Pod
 
@@ -49,7 +51,19 @@ class ApiserverPods:
         self._node = node
         self._kubeconfig = kubeconfig
         self._pods: dict[str, Pod] = {}
-        self._synced = False
+        self._informer: Informer[Any] = Informer(
+            "pods",
+            self._list,
+            self._watch,
+            self._event,
+            on_relist=lambda items: self._pods.clear(),
+            # Besides ApiException, connection errors and _Expired, the client raises ValueError
+            # for what its models refuse and a bare Exception for a malformed watch line: all are
+            # a bad answer this time, retried with backoff, never ending the task (a dead watch
+            # would leave pods() without an answer for good).
+            retry=(Exception,),
+            log=log.bind(node=node),
+        )
         self._task: asyncio.Task[None] | None = None
         self._api: client.ApiClient | None = None
 
@@ -66,7 +80,7 @@ class ApiserverPods:
                 f"--pods-source=apiserver: cannot load {where} ({e}); set --kubeconfig, run in a "
                 "pod with a ServiceAccount, or use --pods-source=kubelet"
             ) from e
-        self._task = asyncio.create_task(self._run(), name="apiserver-pod-watch")
+        self._task = asyncio.create_task(self._informer.run(), name="apiserver-pod-watch")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -81,73 +95,51 @@ class ApiserverPods:
         if task is not None and task.done():
             # never: _run retries every failure; if it ended anyway, a stale cache is no answer
             raise PodsUnavailable(f"the apiserver pod watch for node {self._node} ended")
-        if not self._synced:
+        if not self._informer.synced.is_set():
             raise PodsUnavailable(
                 f"no pod list from the apiserver yet for node {self._node}: check the "
                 "ServiceAccount may list and watch pods"
             )
         return tuple(self._pods.values())
 
-    async def _run(self) -> None:
-        failures = 0
-        while True:
-            try:
-                await self._list_and_watch()
-                failures = 0
-            except Exception as e:  # noqa: BLE001 - logged and retried, below
-                # Besides ApiException, connection errors and _Expired, the client raises
-                # ValueError for what its models refuse and a bare Exception for a malformed
-                # watch line: all are a bad answer this time, retried with backoff, never
-                # ending the task (a dead watch would leave pods() without an answer for good).
-                failures += 1
-                delay = min(2.0 ** (failures - 1), 30.0)
-                log.warning(
-                    "apiserver_pod_watch_failed",
-                    node=self._node,
-                    error=repr(e),
-                    retry_in_s=delay,
-                    effect="pod list served from the watch cache until it lists again",
-                )
-                await asyncio.sleep(delay)
-
-    async def _list_and_watch(self) -> None:
-        """List, then watch from that resourceVersion until the watch times out (no error)."""
+    async def _list(self) -> tuple[Sequence[Any], str]:
         assert self._api is not None
         core = client.CoreV1Api(self._api)
-        selector = f"spec.nodeName={self._node}"
-        listed = await core.list_pod_for_all_namespaces(field_selector=selector)
+        listed = await core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self._node}"
+        )
         items = getattr(listed, "items", None)
         if not isinstance(items, list):
             raise _Malformed(f"the pod list for node {self._node} has no items")
-        pods = {p.uid: p for p in map(_pod, items) if p is not None}
-        self._pods = pods
-        self._synced = True
-        rv = getattr(listed.metadata, "resource_version", None)
-        while True:
-            async with watch.Watch().stream(
-                core.list_pod_for_all_namespaces,
-                field_selector=selector,
-                resource_version=rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=300,
-                _request_timeout=330,
-            ) as stream:
-                async for event in stream:
-                    if not isinstance(event, dict):
-                        raise _Malformed(f"watch event {event!r:.200}")
-                    kind, obj = event.get("type"), event.get("object")
-                    if kind == "ERROR":
-                        raise _Expired(str(obj))
-                    rv = getattr(getattr(obj, "metadata", None), "resource_version", None) or rv
-                    if kind == "BOOKMARK":
-                        continue
-                    pod = _pod(obj)
-                    if pod is None:
-                        log.warning("apiserver_pod_event_skipped", event_type=kind, node=self._node)
-                    elif kind == "DELETED":
-                        self._pods.pop(pod.uid, None)
-                    else:
-                        self._pods[pod.uid] = pod
+        return items, getattr(listed.metadata, "resource_version", None) or ""
+
+    async def _watch(self, rv: str) -> AsyncIterator[tuple[str, Any]]:
+        assert self._api is not None
+        core = client.CoreV1Api(self._api)
+        async with watch.Watch().stream(
+            core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={self._node}",
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=300,
+            _request_timeout=330,
+        ) as stream:
+            async for event in stream:
+                if not isinstance(event, dict):
+                    raise _Malformed(f"watch event {event!r:.200}")
+                kind, obj = event.get("type"), event.get("object")
+                if kind == "ERROR":
+                    raise _Expired(str(obj))
+                yield str(kind), obj
+
+    def _event(self, kind: str, obj: Any) -> None:
+        pod = _pod(obj)
+        if pod is None:
+            log.warning("apiserver_pod_event_skipped", event_type=kind, node=self._node)
+        elif kind == "DELETED":
+            self._pods.pop(pod.uid, None)
+        else:
+            self._pods[pod.uid] = pod
 
 
 class _Expired(Exception):
