@@ -58,6 +58,16 @@ def test_the_shape_is_carried_where_it_is_claimed() -> None:
     for owner in ("device-plugin", "exporter", "job-agent"):
         for name in ("cli.py", "config.py", "lifecycle.py", "logs.py", "runtime_channel.py"):
             assert any(component(p) == owner for p in copies(name)), f"{owner} lacks {name}"
+    # issue 33: the informer, Kubernetes names, the leader-elected host, the atomic write
+    claims = {
+        "informer.py": ("scheduler", "controller", "operator", "exporter"),
+        "k8s_names.py": ("scheduler", "controller", "operator", "job-agent"),
+        "manager.py": ("controller", "operator"),
+        "files.py": ("job-agent",),
+    }
+    for name, owners in claims.items():
+        for owner in owners:
+            assert any(component(p) == owner for p in copies(name)), f"{owner} lacks {name}"
     # the operator (issue 23): leader-elected, rate-limited, no Runtime channel
     for name in ("cli.py", "config.py", "lifecycle.py", "logs.py", "leader.py", "ratelimit.py"):
         assert any(component(p) == "operator" for p in copies(name)), f"operator lacks {name}"
