@@ -314,4 +314,6 @@ def rig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             )
         for node in (own, other):
             core.delete_node(node)
+        # The CRDs too: the worker's cluster is shared with the next test file.
+        kubectl(cluster, "delete", "--ignore-not-found", "--wait=false", *(f"-f={p}" for p in crds))
         admin.close()  # type: ignore[no-untyped-call]

@@ -93,7 +93,8 @@ async def test_a_layout_runs_an_agent_job_with_it_and_its_convergence_is_recorde
         "Converged",
         names.job_name(node, "partition"),
     )
-    [event] = probe.events(node, "PartitionConverged")
+    # The controller writes the status, then the Event.
+    [event] = await probe.poll(lambda: probe.events(node, "PartitionConverged"), what="Event")
     assert "layout mig-2" in event.message
     assert "gpu-0: whole → MIG 3g.40gb+3g.40gb" in event.message
     await probe.poll(lambda: not probe.jobs(node), what="the Job deleted after success")

@@ -5,16 +5,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
-from kubernetes import client as sync_client
-from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio import client, config
 
 from lj_runtimekit_device_plugin.deviceplugin.assignment import ALLOCATED, ASSIGNMENT
@@ -24,6 +20,7 @@ from lj_runtimekit_device_plugin.nodedevices import GROUP, PLURAL, VERSION
 from lj_runtimekit_device_plugin.podview import PodView, pod_view
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient
+from lj_runtimekit_testkit.cluster.crds import installed_crd
 
 pytestmark = pytest.mark.cluster
 
@@ -32,20 +29,10 @@ CORE = "aliyun.com/gpu-core"
 
 
 @pytest.fixture(scope="module")
-def crd(cluster: Any) -> None:
-    with cluster.api_client() as api:
-        ext = sync_client.ApiextensionsV1Api(api)
-        try:
-            ext.create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
-        except ApiException as e:
-            if e.status != 409:
-                raise
-        for _ in range(100):
-            got = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
-            conditions = (got.status.conditions if got.status else None) or []
-            if any(c.type == "Established" and c.status == "True" for c in conditions):
-                return
-            time.sleep(0.1)
+def crd(cluster: Any) -> Iterator[None]:
+    """The NodeDevices CRD as deploy/ ships it, established, for this file."""
+    with installed_crd(cluster, CRD):
+        yield
 
 
 @pytest_asyncio.fixture

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as sync_client
-from kubernetes.client.exceptions import ApiException
 
 from lj_runtimekit_device_plugin.app import serve
-from lj_runtimekit_device_plugin.nodedevices import GROUP, PLURAL, PREFIX_LABEL
+from lj_runtimekit_device_plugin.nodedevices import PREFIX_LABEL
 from lj_runtimekit_device_plugin.settings import load
+from lj_runtimekit_testkit.cluster.crds import installed_crd
 
 pytestmark = pytest.mark.cluster
 
@@ -26,20 +25,10 @@ OLD, NEW = "lj-runtimekit.aliyun.com", "gpu.example.com"
 
 
 @pytest.fixture(scope="module")
-def crd(cluster: Any) -> None:
-    with cluster.api_client() as api:
-        ext = sync_client.ApiextensionsV1Api(api)
-        try:
-            ext.create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
-        except ApiException as e:
-            if e.status != 409:
-                raise
-        for _ in range(100):
-            got = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
-            conditions = (got.status.conditions if got.status else None) or []
-            if any(c.type == "Established" and c.status == "True" for c in conditions):
-                return
-            time.sleep(0.1)
+def crd(cluster: Any) -> Iterator[None]:
+    """The NodeDevices CRD as deploy/ ships it, established, for this file."""
+    with installed_crd(cluster, CRD):
+        yield
 
 
 @asynccontextmanager

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as sync_client
 from kubernetes.client.exceptions import ApiException
 
@@ -21,6 +20,7 @@ from lj_runtimekit_device_plugin.nodedevices import DEFAULT_LABEL_PREFIX, GROUP,
 from lj_runtimekit_device_plugin.settings import load
 from lj_runtimekit_interface.runtime.v1 import config_pb2 as cpb
 from lj_runtimekit_interface.runtime.v1 import device_pb2 as pb
+from lj_runtimekit_testkit.cluster.crds import installed_crd
 from lj_runtimekit_testkit.simulator.clients import runtime_clients
 
 pytestmark = pytest.mark.cluster
@@ -30,21 +30,10 @@ OLD = DEFAULT_LABEL_PREFIX
 
 
 @pytest.fixture(scope="module")
-def crd(cluster: Any) -> None:
+def crd(cluster: Any) -> Iterator[None]:
     """The NodeDevices CRD as deploy/ ships it, established."""
-    with cluster.api_client() as api:
-        ext = sync_client.ApiextensionsV1Api(api)
-        try:
-            ext.create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
-        except ApiException as e:
-            if e.status != 409:
-                raise
-        for _ in range(100):
-            got = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
-            conditions = (got.status.conditions if got.status else None) or []
-            if any(c.type == "Established" and c.status == "True" for c in conditions):
-                return
-            time.sleep(0.1)
+    with installed_crd(cluster, CRD):
+        yield
 
 
 @asynccontextmanager

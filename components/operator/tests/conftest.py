@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from lj_runtimekit_operator.app import Operator
 from lj_runtimekit_operator.policy import GROUP, PLURAL, VERSION
 from lj_runtimekit_operator.settings import Settings
+from lj_runtimekit_testkit.cluster.crds import installed_crd
 
 REPO = Path(__file__).resolve().parents[3]
 CRD = REPO / "deploy" / "crds" / "runtimekitpolicies.lj-runtimekit.aliyun.com.yaml"
@@ -43,43 +43,8 @@ class Running:
 def policy_crd(cluster: Any) -> Iterator[None]:
     """The CRD as deploy/ ships it (the install step, not the operator's job), Established for
     the test file and deleted after it (the worker's cluster is shared with other files)."""
-    body = yaml.safe_load(CRD.read_text())
-    name = body["metadata"]["name"]
-    with cluster.api_client() as api:
-        ext = client.ApiextensionsV1Api(api)
-        try:
-            ext.create_custom_resource_definition(body)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-            current: Any = ext.read_custom_resource_definition(name)
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            ext.replace_custom_resource_definition(name, body)
-        _until_established(ext, name)
+    with installed_crd(cluster, CRD):
         yield
-        with contextlib.suppress(ApiException):
-            ext.delete_custom_resource_definition(name)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                ext.read_custom_resource_definition(name)
-            except ApiException as e:
-                if e.status == 404:
-                    return
-                raise
-            time.sleep(0.2)
-        raise AssertionError(f"the CRD {name} was not deleted within 60 s")
-
-
-def _until_established(ext: client.ApiextensionsV1Api, name: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        crd = ext.read_custom_resource_definition(name)
-        conds = crd.status.conditions or [] if crd.status else []
-        if any(c.type == "Established" and c.status == "True" for c in conds):
-            return
-        time.sleep(0.1)
-    raise AssertionError("the RuntimeKitPolicy CRD did not become Established")
 
 
 @dataclass

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from lj_runtimekit_scheduler import app, lifecycle
 from lj_runtimekit_scheduler.settings import Settings
+from lj_runtimekit_testkit.cluster.crds import installed_crd
 
 CRD = Path(__file__).parents[4] / "deploy" / "crds" / "nodedevices.lj-runtimekit.aliyun.com.yaml"
 GROUP, VERSION, PLURAL = "lj-runtimekit.aliyun.com", "v1", "nodedevices"
@@ -58,21 +57,6 @@ class GpuCluster:
         self.core: Any = client.CoreV1Api(self.api)
         self.custom: Any = client.CustomObjectsApi(self.api)
         self.tag = uuid.uuid4().hex[:6]
-
-    def install_crd(self) -> None:
-        ext = client.ApiextensionsV1Api(self.api)
-        try:
-            ext.create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
-        except ApiException as e:
-            if e.status != 409:
-                raise
-
-        def established() -> bool:
-            crd = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
-            conds = (crd.status.conditions or []) if crd.status else []
-            return any(c.type == "Established" and c.status == "True" for c in conds)
-
-        eventually("NodeDevices CRD established", established, 30)
 
     def gpu_nodes(
         self, n: int, gpus: int = 8, islands: int = 2, *, advertised: bool = True, **kw: Any
@@ -192,10 +176,16 @@ class GpuCluster:
         return [f"{e.reason}: {e.message}" for e in evs.items]
 
 
+@pytest.fixture(scope="module")
+def nodedevices_crd(cluster: Any) -> Iterator[None]:
+    """The NodeDevices CRD as deploy/ ships it, for the test file (deleted after it)."""
+    with installed_crd(cluster, CRD):
+        yield
+
+
 @pytest.fixture
-def gpu_cluster(cluster: Any, namespace: str) -> Iterator[GpuCluster]:
+def gpu_cluster(cluster: Any, namespace: str, nodedevices_crd: None) -> Iterator[GpuCluster]:
     g = GpuCluster(cluster, namespace)
-    g.install_crd()
     try:
         yield g
     finally:
