@@ -24,9 +24,9 @@ from lj_runtimekit_device_plugin.app import serve
 from lj_runtimekit_device_plugin.deviceplugin.assignment import ALLOCATION, ASSIGNMENT
 from lj_runtimekit_device_plugin.deviceplugin.handshake import SharedHandshake
 from lj_runtimekit_device_plugin.errors import PermanentError
+from lj_runtimekit_device_plugin.kubelet import PodResourcesClient, PodResourcesUnavailable
 from lj_runtimekit_device_plugin.lifecycle import Tasks
 from lj_runtimekit_device_plugin.model import Device
-from lj_runtimekit_device_plugin.podresources import PodResourcesClient, PodResourcesUnavailable
 from lj_runtimekit_device_plugin.podview import PodView
 from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient, RuntimeGarbage, RuntimeUnavailable

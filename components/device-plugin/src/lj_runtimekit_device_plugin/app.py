@@ -12,13 +12,31 @@ from collections.abc import Callable, Sequence
 
 import structlog
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import __version__, lifecycle, logs, modes, node
-from .httpd import create_app
 from .metrics import PluginMetrics
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
+
+
+def create_app(metrics: PluginMetrics, healthy: Callable[[], tuple[bool, str]]) -> web.Application:
+    """``/metrics`` and ``/healthz`` over HTTP."""
+
+    async def get_metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def get_healthz(_: web.Request) -> web.Response:
+        ok, why = healthy()
+        return web.Response(status=200 if ok else 503, text=why + "\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", get_metrics)
+    app.router.add_get("/healthz", get_healthz)
+    return app
 
 
 async def _http(

@@ -11,8 +11,7 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .device_facts import MAX_DEVICES, ids_of, screen
-from .model import Device, RuntimeInfo
+from .model import MAX_DEVICES, Device, RuntimeInfo, ids_of, screen
 
 
 @dataclass(frozen=True)

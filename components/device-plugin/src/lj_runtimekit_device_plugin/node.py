@@ -22,10 +22,9 @@ from .handover import Handover, next_change
 from .health import HealthFollower
 from .inventory import Inventory, View
 from .kube import ApiserverUnavailable, Publisher, api_client, node_pods
-from .kubelet import PodsUnavailable, kubelet_pods
+from .kubelet import PodResourcesClient, PodsUnavailable, kubelet_pods
 from .metrics import PluginMetrics
 from .model import Device, RuntimeInfo
-from .podresources import PodResourcesClient
 from .podview import PodView, pod_state, pod_view
 from .reclaim import Claimed, Listed, Reclaimer
 from .reconcile import PodState

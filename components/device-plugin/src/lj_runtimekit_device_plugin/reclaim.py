@@ -27,9 +27,9 @@ import structlog
 
 from .errors import TemporaryError
 from .handover import Split, split
+from .kubelet import PodResourcesClient
 from .metrics import PluginMetrics
 from .model import Allocation
-from .podresources import PodResourcesClient
 from .reconcile import Decision, Memory, PodState, decide
 from .runtime import (
     UPDATE_OWNER,

@@ -21,9 +21,8 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.runtime.v1 import device_pb2, device_pb2_grpc
 
-from .device_facts import screen
 from .errors import PermanentError, TemporaryError
-from .model import Allocation, Device, Injection, Link, Partition, RuntimeInfo
+from .model import Allocation, Device, Injection, Link, Partition, RuntimeInfo, screen
 from .runtime_channel import (
     BACKOFF_FACTOR,
     BACKOFF_INITIAL_S,
