@@ -19,16 +19,15 @@ functions are pure; :class:`Handover` is the last answer and who waits for a cha
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .inventory import Inventory, View
+from .k8s_names import is_label_value
 from .model import Allocation, Device
 from .resources import Unit
 
 HELD_TAINT_KEY = "lj-runtimekit.aliyun.com/held-by-device-plugin"
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
 
 Pod = tuple[str, str, str]
 """(namespace, name, uid)."""
@@ -71,9 +70,9 @@ def taint_value(pod: Pod) -> str:
     """``<namespace>.<name>`` (a namespace has no dot) when it is a label value, else the uid."""
     ns, name, uid = pod
     text = f"{ns}.{name}"
-    if _LABEL_VALUE.match(text):
+    if is_label_value(text):  # never empty: it holds the dot
         return text
-    return uid if _LABEL_VALUE.match(uid) else ""
+    return uid if is_label_value(uid) else ""
 
 
 def held_taints(held: Mapping[str, Pod]) -> dict[str, tuple[dict[str, str], ...]]:

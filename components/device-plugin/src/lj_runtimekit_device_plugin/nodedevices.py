@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from .k8s_names import is_label_value
 from .model import GIB, Device, RuntimeInfo
 from .resources import ResourceNames, advertise
 from .topology import topology
@@ -26,9 +27,6 @@ LABEL_PREFIX = DEFAULT_LABEL_PREFIX + "/"
 #: found whatever the prefix was), and a label, not an annotation: the plugin's admission policy
 #: (deploy/deviceplugin/02-rbac.yaml) lets it change only labels under the default prefix.
 PREFIX_LABEL = DEFAULT_LABEL_PREFIX + "/node-label-prefix"
-# A label key's name part (after "<prefix>/"): 63 characters at most, alphanumeric at both ends,
-# [-_.] and alphanumerics between (Kubernetes' qualified name).
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _MAJOR_MINOR = re.compile(r"^(\d+)\.(\d+)")
 
 
@@ -181,7 +179,8 @@ def labels(
     return {
         f"{prefix}/{k}": _label_value(v)
         for k, v in out.items()
-        if _LABEL_NAME.match(k) and _label_value(v)
+        # the key's name part, after the (checked) prefix: a qualified name's, non-empty
+        if k and is_label_value(k) and _label_value(v)
     }
 
 

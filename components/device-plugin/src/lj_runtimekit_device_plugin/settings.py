@@ -20,6 +20,7 @@ from lj_runtimekit_interface import sockets
 
 from . import __version__, cli, config
 from .errors import ConfigError
+from .k8s_names import is_dns_subdomain
 
 PROG = "lj-runtimekit-device-plugin"
 ENV_PREFIX = "LJ_RUNTIMEKIT_DEVICE_PLUGIN_"
@@ -35,14 +36,10 @@ DEPRECATED = (
     cli.Deprecated("port", "metrics_bind_address", kind="int", part="port", until="v1.15.0"),
 )
 _doc = cli.setting
-# A label prefix is a DNS subdomain (RFC 1123): lowercase labels of [a-z0-9-] joined by dots.
-_CDI_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-# a fully qualified DRA attribute name: a DNS subdomain (at most 63) / a C identifier (at most 32)
-_ATTRIBUTE = re.compile(
-    r"^(?=.{1,63}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-    r"/[A-Za-z_][A-Za-z0-9_]{0,31}$"
-)
+# A CDI vendor or class name (no Kubernetes name: CDI's own rule, as dra.cdi checks it).
+_CDI_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?\Z")
+# The name part of a DRA attribute name: a C identifier of at most 32 characters.
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}\Z")
 
 
 @dataclass(frozen=True)
@@ -256,18 +253,18 @@ class Settings:
             raise ConfigError(f"resource names must differ: {names}")
         prefix = self.node_label_prefix
         # 63, not DNS's 253: the prefix is recorded as a label value (nodedevices.PREFIX_LABEL)
-        if len(prefix) > 63 or not _DNS_SUBDOMAIN.match(prefix):
+        if len(prefix) > 63 or not is_dns_subdomain(prefix):
             raise ConfigError(
                 f"node_label_prefix {prefix!r}: expected a DNS subdomain of at most 63 "
                 "characters, lowercase letters, digits, '-' and '.', e.g. gpu.example.com"
             )
-        if not _DNS_SUBDOMAIN.match(self.dra_driver_name) or len(self.dra_driver_name) > 63:
+        if not is_dns_subdomain(self.dra_driver_name) or len(self.dra_driver_name) > 63:
             raise ConfigError(
                 f"dra_driver_name {self.dra_driver_name!r}: expected a DNS subdomain of at most "
                 "63 characters, e.g. gpu.example.com"
             )
         for key in self.topology_labels:
-            if not _ATTRIBUTE.match(key):
+            if not _attribute_name(key):
                 raise ConfigError(
                     f"dra_topology_labels: {key!r} cannot be a DRA attribute name: expected "
                     "<domain>/<name>, a DNS subdomain and a name of letters, digits and '_' "
@@ -328,3 +325,15 @@ def load_noting(
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """The effective settings; raises :class:`ConfigError` with what to fix."""
     return load_noting(argv, environ)[0]
+
+
+def _attribute_name(key: str) -> bool:
+    """A fully qualified DRA attribute name: a DNS subdomain of at most 63 characters, ``/``, a
+    C identifier of at most 32."""
+    domain, sep, name = key.partition("/")
+    return (
+        bool(sep)
+        and len(domain) <= 63
+        and is_dns_subdomain(domain)
+        and bool(_C_IDENTIFIER.match(name))
+    )

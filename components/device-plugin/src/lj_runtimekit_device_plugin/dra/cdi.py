@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import PermanentError
+from ..k8s_names import is_qualified_name
 from ..model import Injection
 
 CDI_VERSION = "0.6.0"
@@ -38,10 +39,6 @@ DEFAULT_KIND = "aliyun.com/gpu"
 _VENDOR_OR_CLASS = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?\Z")
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?\Z")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
-# Kubernetes annotation keys, which CDI checks its annotations against: an optional DNS-subdomain
-# prefix and "/", then a name of at most 63 characters.
-_ANNOTATION_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\Z")
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.:-]+")
 #: CDI caps the total size of a spec's or a device's annotations (keys and values) at 256 KiB.
 MAX_ANNOTATIONS_BYTES = 256 * 1024
@@ -111,10 +108,8 @@ def _annotations(pairs: Iterable[tuple[str, str]], where: str) -> dict[str, str]
     out = dict(pairs)
     size = 0
     for key, value in out.items():
-        prefix, sep, name = key.rpartition("/")
-        if (sep and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or not (
-            _ANNOTATION_NAME.match(name)
-        ):
+        # CDI checks its annotation keys as Kubernetes annotation keys: qualified names
+        if not is_qualified_name(key):
             raise InvalidCDI(f"{where}: annotation key {key!r} is not a Kubernetes annotation key")
         size += len(key.encode()) + len(value.encode())
     if size > MAX_ANNOTATIONS_BYTES:

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..k8s_names import is_label_value
 from ..model import GIB, Device
 from ..topology import topology
 from .offers import (
@@ -63,7 +64,6 @@ COUNTER_COMPUTE = "compute-slices"
 COUNTER_MEMORY = "memory"
 COUNTER_TIME = "time-percent"
 
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?\Z")
 # Semantic Versioning 2.0.0, the format of a version attribute.
 _SEMVER = re.compile(
     r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
@@ -182,7 +182,7 @@ def _taints(d: Device) -> list[dict[str, str]]:
     if d.healthy:
         return []
     taint = {"key": UNHEALTHY_TAINT_KEY, "effect": "NoSchedule"}
-    if d.reason and _LABEL_VALUE.match(d.reason):
+    if d.reason and is_label_value(d.reason):
         taint["value"] = d.reason
     return [taint]
 
@@ -208,7 +208,7 @@ def _partition_taints(o: Offer) -> list[dict[str, str]]:
     if part is None or part.healthy:
         return _taints(o.device)
     taint = {"key": UNHEALTHY_TAINT_KEY, "effect": "NoSchedule"}
-    if part.reason and _LABEL_VALUE.match(part.reason):
+    if part.reason and is_label_value(part.reason):
         taint["value"] = part.reason
     return [taint]
 
