@@ -20,7 +20,6 @@ import enum
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 import structlog
 
 from ..errors import PermanentError
+from ..files import write_atomic
 
 log = structlog.get_logger(__name__)
 
@@ -204,19 +204,4 @@ class CheckpointStore:
 
     def save(self, cp: Checkpoint) -> None:
         """Write ``cp`` so that a crash at any point leaves the old or the new file whole."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(encode(cp))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself survives a power loss
-        finally:
-            os.close(dir_fd)
+        write_atomic(self.path, encode(cp))  # and the directory, so the rename survives too

@@ -28,8 +28,6 @@ for a pod's claims together.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +36,7 @@ from typing import Any
 import structlog
 
 from ..errors import DevicePluginError, PermanentError, TemporaryError
+from ..files import write_atomic
 from ..model import Allocation, Device, Injection
 from ..resources import ResourceNames
 from ..runtime import RuntimeClient, allocations, release
@@ -66,23 +65,6 @@ log = structlog.get_logger(__name__)
 
 ReadObject = Callable[[str, str], Awaitable[dict[str, Any]]]
 """(namespace, name) → the object as API JSON."""
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """``path`` holds the old or the new bytes at every moment; a temporary name CDI never reads
-    (it reads ``*.json`` and ``*.yaml``) until the rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # the container runtime reads it; mkstemp makes 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _remove(path: Path) -> None:
@@ -229,7 +211,11 @@ class Preparer:
             ]
             spec, _ = claim_spec(ref.uid, prepared, self.cdi_kind)
             try:
-                write_atomically(spec_path, json.dumps(spec, indent=1).encode())
+                # a temporary name CDI never reads (it reads *.json and *.yaml) until the
+                # rename; 0644: the container runtime reads it
+                write_atomic(
+                    spec_path, json.dumps(spec, indent=1).encode(), mode=0o644, sync_dir=False
+                )
             except OSError as e:
                 raise TemporaryError(f"writing the CDI spec {spec_path}: {e}") from e
             answer = self._answer(claim)
