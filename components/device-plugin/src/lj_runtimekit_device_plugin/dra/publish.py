@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +33,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..handover import Handover, next_change
+from ..informer import Informer
 from ..inventory import Inventory, View
 from ..kube import ApiserverUnavailable
 from ..model import Device, RuntimeInfo
@@ -80,6 +81,17 @@ class SlicePublisher:
         """Set when a slice of the last write was deleted by someone else: write again."""
         self._deleting: set[str] = set()
         """Names this publisher is deleting itself (a shrinking pool, a withdrawal)."""
+        self.informer: Informer[dict[str, Any]] = Informer(
+            PLURAL,
+            self._list_slices,
+            self._watch_slices,
+            self._slice_event,
+            on_relist=self._relisted,
+            gone=(_Expired,),
+            retry=(ApiException, *_TRANSPORT),
+            log=log.bind(node=node, driver=driver),
+        )
+        """The watch of the node's slices of this driver (:meth:`watch`)."""
 
     async def publish(
         self, devices: Sequence[Device], runtime: RuntimeInfo, facts: DriverFacts | None
@@ -182,45 +194,56 @@ class SlicePublisher:
     async def watch(self) -> None:
         """Until cancelled: watch the node's slices of this driver and set :attr:`lost` when one
         of the last write is gone (deleted while the watch was away counts too: each list
-        compares). Errors are retried with the suite's backoff; they never stop publishing."""
-        selector = f"spec.nodeName={self.node},spec.driver={self.driver}"
-        delay = 1.0
-        while True:
-            w = watch.Watch()
-            try:
-                got = await self.custom.list_cluster_custom_object(
-                    GROUP, VERSION, PLURAL, field_selector=selector
-                )
-                names = {s["metadata"]["name"] for s in got.get("items", [])}
-                for name in self._written_names() - names:
-                    self._gone(name)
-                rv = got["metadata"]["resourceVersion"]
-                async for ev in w.stream(
-                    self.custom.list_cluster_custom_object,
-                    GROUP,
-                    VERSION,
-                    PLURAL,
-                    field_selector=selector,
-                    resource_version=rv,
-                    timeout_seconds=300,
-                ):
-                    if ev["type"] == "DELETED":
-                        self._gone(ev["object"]["metadata"]["name"])
-                delay = 1.0
-            except (ApiException, *_TRANSPORT) as e:
-                status = getattr(e, "status", None)
-                if status != 410:  # an expired resourceVersion only lists again
-                    log.warning(
-                        "resource_slices_watch_failed", error=str(e)[:300], retry_in_s=delay
-                    )
-                    await asyncio.sleep(delay)
-                    delay = min(30.0, delay * 2)
-            finally:
-                # not Watch.close(): it would close the ApiClient every other caller shares
-                w.stop()
-                resp: Any = getattr(w, "resp", None)  # typed None by the library, set by stream
-                if resp is not None:
-                    resp.release()
+        compares). Errors are retried with the suite's backoff (:mod:`..informer`); they never
+        stop publishing."""
+        await self.informer.run()
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node},spec.driver={self.driver}"
+
+    async def _list_slices(self) -> tuple[list[dict[str, Any]], str]:
+        try:
+            got = await self.custom.list_cluster_custom_object(
+                GROUP, VERSION, PLURAL, field_selector=self._selector()
+            )
+        except ApiException as e:
+            if e.status == 410:  # an expired resourceVersion only lists again
+                raise _Expired(str(e)[:300]) from e
+            raise
+        return list(got.get("items", [])), got["metadata"]["resourceVersion"]
+
+    async def _watch_slices(self, rv: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        w = watch.Watch()
+        try:
+            async for ev in w.stream(
+                self.custom.list_cluster_custom_object,
+                GROUP,
+                VERSION,
+                PLURAL,
+                field_selector=self._selector(),
+                resource_version=rv,
+                timeout_seconds=300,
+            ):
+                yield ev["type"], ev["object"]
+        except ApiException as e:
+            if e.status == 410:  # an expired resourceVersion only lists again
+                raise _Expired(str(e)[:300]) from e
+            raise
+        finally:
+            # not Watch.close(): it would close the ApiClient every other caller shares
+            w.stop()
+            resp: Any = getattr(w, "resp", None)  # typed None by the library, set by stream
+            if resp is not None:
+                resp.release()
+
+    def _relisted(self, items: Sequence[dict[str, Any]]) -> None:
+        names = {s["metadata"]["name"] for s in items}
+        for name in self._written_names() - names:
+            self._gone(name)
+
+    def _slice_event(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self._gone(obj["metadata"]["name"])
 
     def _written_names(self) -> set[str]:
         return {s["metadata"]["name"] for s in self._written or ()}
@@ -323,3 +346,7 @@ def _keep_taint_times(slices: list[dict[str, Any]], existing: Iterable[dict[str,
 
 def _generation(obj: dict[str, Any]) -> int:
     return int(obj.get("spec", {}).get("pool", {}).get("generation", 0))
+
+
+class _Expired(Exception):
+    """The slices' resourceVersion expired (410): list again at once."""
