@@ -90,9 +90,7 @@ async def serve(
 def run(settings: Settings, deprecations: Sequence[str] = ()) -> int:
     """Serve until a signal (exit 0) or a fatal error (exit 1, never 0: a pod that ended on an
     error must not read "Completed" in CrashLoopBackOff); a second signal exits 130 at once."""
-    logs.configure(
-        settings.log_level, None if settings.log_format == "auto" else settings.log_format == "json"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     for note in deprecations:
         log.warning("deprecated_setting", note=note)
     log.info("starting", version=__version__, settings=vars(settings))
