@@ -14,6 +14,10 @@ import pytest
 
 from lj_runtimekit_controller import names as controller_names
 from lj_runtimekit_controller import partition_layout as controller_layout
+from lj_runtimekit_device_plugin import settings as device_plugin_settings
+from lj_runtimekit_device_plugin.dra import cdi as device_plugin_cdi
+from lj_runtimekit_device_plugin.errors import ConfigError as DevicePluginConfigError
+from lj_runtimekit_device_plugin.model import Injection
 from lj_runtimekit_job_agent import partition_layout as agent_layout
 from lj_runtimekit_operator import policy as operator_policy
 from lj_runtimekit_operator.errors import PolicyError
@@ -36,8 +40,30 @@ def _selector(key: str, value: str) -> dict[str, Any]:
     return {"components": {"exporter": {"nodeSelector": {key: value}}}}
 
 
+def _cdi_annotation(key: str) -> object:
+    # the device plugin's CDI spec of a claim: its annotation keys are Kubernetes qualified names
+    injection = Injection(annotations=((key, "v"),))
+    device = device_plugin_cdi.PreparedDevice("gpu", "node-a", "gpu-0", injection)
+    return device_plugin_cdi.claim_spec("uid-1", [device], device_plugin_cdi.DEFAULT_KIND)
+
+
 CASES: dict[str, tuple[Callable[[str], object], str, type[Exception]]] = {
     "controller label value": (_label_value_kept, "gpu", ValueError),
+    "device plugin node label prefix": (
+        lambda n: device_plugin_settings.Settings(node_label_prefix=n),
+        "gpu.example.com",
+        DevicePluginConfigError,
+    ),
+    "device plugin DRA driver name": (
+        lambda n: device_plugin_settings.Settings(dra_driver_name=n),
+        "gpu.example.com",
+        DevicePluginConfigError,
+    ),
+    "device plugin CDI annotation key": (
+        _cdi_annotation,
+        "example.com/gpu",
+        device_plugin_cdi.InvalidCDI,
+    ),
     "controller layout name": (
         controller_layout.check_name,
         "a100-mig",
