@@ -60,10 +60,10 @@ def test_the_shape_is_carried_where_it_is_claimed() -> None:
             assert any(component(p) == owner for p in copies(name)), f"{owner} lacks {name}"
     # issue 33: the informer, Kubernetes names, the leader-elected host, the atomic write
     claims = {
-        "informer.py": ("scheduler", "controller", "operator", "exporter"),
-        "k8s_names.py": ("scheduler", "controller", "operator", "job-agent"),
+        "informer.py": ("scheduler", "controller", "operator", "exporter", "device-plugin"),
+        "k8s_names.py": ("scheduler", "controller", "operator", "job-agent", "device-plugin"),
         "manager.py": ("controller", "operator"),
-        "files.py": ("job-agent",),
+        "files.py": ("job-agent", "device-plugin"),
     }
     for name, owners in claims.items():
         for owner in owners:
