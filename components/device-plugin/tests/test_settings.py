@@ -58,6 +58,24 @@ def test_bad_config_file_is_a_clear_error(tmp_path: Path, text: str, message: st
         load(["--config", str(cfg)], {"NODE_NAME": "n1"})
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("node_label_prefix", "gpu.example.com"),
+        ("dra_driver_name", "gpu.example.com"),
+        ("cdi_kind", "aliyun.com/gpu"),
+    ],
+    ids=["label-prefix", "dra-driver", "cdi-kind"],
+)
+def test_a_name_with_a_trailing_newline_is_refused(key: str, value: str) -> None:
+    # a check ending in $ also matched before a final newline
+    env = {"NODE_NAME": "n1", f"LJ_RUNTIMEKIT_DEVICE_PLUGIN_{key.upper()}": value}
+    assert getattr(load([], env), key) == value
+    env[f"LJ_RUNTIMEKIT_DEVICE_PLUGIN_{key.upper()}"] = value + "\n"
+    with pytest.raises(ConfigError, match=key):
+        load([], env)
+
+
 def test_resource_name_per_kind() -> None:
     s = load([], {"NODE_NAME": "n1"})
     assert s.resource_name("gpu-core") == "aliyun.com/gpu-core"
