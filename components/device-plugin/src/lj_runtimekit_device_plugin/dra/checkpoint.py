@@ -11,7 +11,7 @@ file that cannot be read back (torn write, disk error, hand edit) is reported, m
 inspection and treated as empty: the plugin never crashes on it.
 
 The codec (:func:`encode`, :func:`decode`) is pure; :class:`CheckpointStore` is the small file store
-around it (write to a temporary file, fsync, rename: a reader sees the old or the new file whole).
+around it (``files.write_atomic``: a reader sees the old or the new file whole).
 """
 
 from __future__ import annotations
