@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 
 import pytest
 import structlog
 
 from tests.shape_tests.canonical import logs
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    # configure() binds structlog and the root logger to this test's captured stderr, which is
+    # closed after it: later tests must not log into it
+    handlers, level = list(logging.root.handlers), logging.root.level
+    yield
+    structlog.reset_defaults()
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
 
 
 def emit(capsys: pytest.CaptureFixture[str]) -> str:
