@@ -28,10 +28,9 @@ from lj_runtimekit_device_plugin.deviceplugin.allocate import Allocator
 from lj_runtimekit_device_plugin.deviceplugin.server import DevicePlugin, create_server
 from lj_runtimekit_device_plugin.health import HealthFollower
 from lj_runtimekit_device_plugin.inventory import Inventory
-from lj_runtimekit_device_plugin.kubelet import kubelet_pods
+from lj_runtimekit_device_plugin.kubelet import PodResourcesClient, kubelet_pods
 from lj_runtimekit_device_plugin.model import GIB, Device, Link
 from lj_runtimekit_device_plugin.node import ours
-from lj_runtimekit_device_plugin.podresources import PodResourcesClient
 from lj_runtimekit_device_plugin.podview import pod_state, pod_view
 from lj_runtimekit_device_plugin.reclaim import Reclaimer
 from lj_runtimekit_device_plugin.reconcile import PodState

@@ -8,17 +8,14 @@ import sys
 import structlog
 
 
-def configure(level: str = "info", log_format: str | bool | None = "auto") -> None:
+def configure(level: str = "info", log_format: str = "auto") -> None:
     """Route structlog and stdlib logging to stderr at ``level``, in ``log_format``.
 
     ``log_format`` is the ``--log-format`` value: ``text``, ``json``, or ``auto`` (JSON when
-    stderr is not a terminal, as in a pod). The older spellings still work: ``None`` is
-    ``auto``, ``True`` is ``json`` and ``False`` is ``text``.
+    stderr is not a terminal, as in a pod).
     """
-    if log_format is None or log_format == "auto":
+    if log_format == "auto":
         use_json = not sys.stderr.isatty()
-    elif isinstance(log_format, bool):
-        use_json = log_format
     elif log_format in ("text", "json"):
         use_json = log_format == "json"
     else:
