@@ -6,7 +6,7 @@ kind or namespace says it, by its admission policy lj-runtimekit-operator-writes
 the object's content does.
 
 Its own module rig: deploy/operator's access objects, one pod of its ServiceAccount on a KWOK
-node, a RuntimeKitPolicy to own what it writes; all removed at the end, the CRDs excepted.
+node, a RuntimeKitPolicy to own what it writes; all removed at the end, the CRDs too.
 """
 
 from __future__ import annotations
@@ -191,6 +191,8 @@ def op(cluster: Cluster) -> Iterator[OperatorRig]:
             kubectl(cluster, "delete", o["kind"].lower(), o["metadata"]["name"], *where,
                     "--ignore-not-found", "--wait=false")  # fmt: skip
         root("DELETE", f"/api/v1/nodes/{node}")
+        # The CRDs too: the worker's cluster is shared with the next test file.
+        kubectl(cluster, "delete", "--ignore-not-found", "--wait=false", *(f"-f={p}" for p in crds))
         admin.close()  # type: ignore[no-untyped-call]
 
 

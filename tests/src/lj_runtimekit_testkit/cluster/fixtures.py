@@ -87,14 +87,30 @@ def _left_behind(before: frozenset[str], cluster: Cluster, grace_s: float = 30.0
         time.sleep(0.5)
 
 
+def _delete_nodes(cluster: Cluster, names: set[str]) -> None:
+    with cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        for name in sorted(names):
+            try:
+                core.delete_node(name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+    cluster.forget_nodes(names)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _file_leaves_the_cluster_as_found() -> Iterator[None]:
-    """Errors the file's last test when the file left a cluster-scoped object behind."""
+    """Deletes the nodes the file made with ``create_gpu_nodes`` (a labelled node left behind is
+    one more node for the next file's controller or ``deploy-all.sh undeploy``), then errors the
+    file's last test when the file left a cluster-scoped object behind."""
     before = cluster_scoped_objects(_started[0][0]) if _started else None
+    nodes_before = set(_started[0][0].made_nodes) if _started else set()
     yield
     if not _started:
         return
     shared, at_start = _started[0]
+    _delete_nodes(shared, set(shared.made_nodes) - nodes_before)
     left = _left_behind(at_start if before is None else before, shared)
     assert not left, (
         "this test file left cluster-scoped objects on the worker's shared cluster; the next "

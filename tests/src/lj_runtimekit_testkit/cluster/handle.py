@@ -74,8 +74,19 @@ class Cluster:
             create_nodes(api, names, shape, first_index=indices[0] if indices else 0)
             if wait_ready:
                 wait_nodes_ready(api, names, deadline_s)
-        self._names.update(names)
+        with self._lock:
+            self._names.update(names)
         return names
+
+    @property
+    def made_nodes(self) -> frozenset[str]:
+        """The nodes :meth:`create_gpu_nodes` made that are not forgotten yet."""
+        with self._lock:
+            return frozenset(self._names)
+
+    def forget_nodes(self, names: set[str]) -> None:
+        with self._lock:
+            self._names -= names
 
     def log_tails(self, lines: int = 15) -> str:
         return self.control_plane.log_tails(lines) if self.control_plane else ""
