@@ -82,8 +82,39 @@ def parse(text: str) -> Assignment:
                     whole=d.get("whole") is True,
                 )
             )
-        out[c["name"]] = tuple(shares)
+        out[c["name"]] = one_per_device(c["name"], shares)
     return Assignment(node=node, assumed_at=at, containers=out)
+
+
+def one_per_device(container: str, shares: Iterable[Share]) -> tuple[Share, ...]:
+    """One share per device: a device listed twice is one share of the sum (what the Runtime
+    then holds for it is what the container is told), in the order of first mention.
+
+    Refused (:class:`BadAssignment`): a device listed both whole and shared, and shares of more
+    than one device. The scheduler gives a container at most one shared GPU, and the Runtime's
+    injection carries one share (``LJ_GPU_CORE_PERCENT``, ``LJ_VISIBLE_DEVICES``) per
+    allocation: two allocations merged into one environment would tell the container one
+    device's share while the Runtime holds both.
+    """
+    merged: dict[str, Share] = {}
+    for s in shares:
+        seen = merged.get(s.id)
+        if seen is None:
+            merged[s.id] = s
+        elif seen.whole != s.whole:
+            raise BadAssignment(
+                f"{ASSIGNMENT}: container {container}: device {s.id} is listed both whole "
+                "and shared"
+            )
+        elif not s.whole:
+            merged[s.id] = Share(s.id, seen.core + s.core, seen.memory_gib + s.memory_gib)
+    shared = [s.id for s in merged.values() if not s.whole]
+    if len(shared) > 1:
+        raise BadAssignment(
+            f"{ASSIGNMENT}: container {container}: shares of {len(shared)} devices {shared}; a "
+            "container gets a share of one GPU (its environment names one share)"
+        )
+    return tuple(merged.values())
 
 
 def on_node(pods: Iterable[PodView], node: str) -> Iterator[tuple[PodView, Assignment]]:
