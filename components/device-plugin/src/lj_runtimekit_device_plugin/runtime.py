@@ -76,6 +76,20 @@ class DriverFacts:
 _enum = enum_name
 
 
+def health_from_proto(h: device_pb2.Health) -> tuple[bool, str]:
+    """(healthy, reason): healthy only when the Runtime says so. An unset state or a number
+    this build does not know (a newer Runtime's) reads as unknown, and the device is withheld
+    (Unhealthy to the kubelet) until its health is known."""
+    state = _enum(device_pb2.HealthState, h.state, "HEALTH_STATE_")
+    if state == "healthy":
+        return True, h.reason
+    if state == "unhealthy":
+        return False, h.reason
+    said = "no health state" if state == "unspecified" else f"health state {h.state}"
+    known = f": {h.reason}" if h.reason else ""
+    return False, f"health unknown (the Runtime reported {said}{known}); withheld until known"
+
+
 def device_from_proto(d: device_pb2.Device) -> Device:
     """One Runtime device as domain data; unknown enum numbers read as ``unknown``."""
     mode = _enum(device_pb2.PartitionMode, d.partition_mode, "PARTITION_MODE_")
@@ -103,13 +117,13 @@ def device_from_proto(d: device_pb2.Device) -> Device:
                 memory_bytes=p.memory_bytes,
                 compute_units=p.compute_units,
                 time_percent=p.time_percent,
-                healthy=p.health.state != device_pb2.HEALTH_STATE_UNHEALTHY,
-                reason=p.health.reason,
+                healthy=health_from_proto(p.health)[0],
+                reason=health_from_proto(p.health)[1],
             )
             for p in d.partitions
         ),
-        healthy=d.health.state != device_pb2.HEALTH_STATE_UNHEALTHY,
-        reason=d.health.reason,
+        healthy=health_from_proto(d.health)[0],
+        reason=health_from_proto(d.health)[1],
         device_nodes=tuple(d.device_nodes),
         # unset: a Runtime older than the field, whose devices are all on the vendor's driver
         binding="driver" if binding == "unspecified" else binding,
