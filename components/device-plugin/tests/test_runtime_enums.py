@@ -3,8 +3,11 @@ component (runtime_channel.enum_name), and never leaks into the NodeDevices sche
 
 from __future__ import annotations
 
+import pytest
+
 from lj_runtimekit_device_plugin.model import RuntimeInfo
 from lj_runtimekit_device_plugin.nodedevices import status
+from lj_runtimekit_device_plugin.resources import ResourceNames, advertise
 from lj_runtimekit_device_plugin.runtime import device_from_proto
 from lj_runtimekit_interface.runtime.v1 import device_pb2
 
@@ -26,3 +29,47 @@ def test_a_newer_runtimes_enum_values_read_unknown_and_publish_as_the_schemas_fa
         "NONE",
         [],
     )
+
+
+@pytest.mark.parametrize(
+    "state",
+    [99, device_pb2.HEALTH_STATE_UNSPECIFIED],
+    ids=["a-newer-runtimes-value", "unset"],
+)
+def test_a_health_state_not_known_healthy_reads_unknown_and_the_device_is_withheld(
+    state: int,
+) -> None:
+    raw = device_pb2.Device(
+        id="gpu-0",
+        memory_bytes=1 << 33,
+        health=device_pb2.Health(state=state),  # type: ignore[arg-type]
+        partition_mode=device_pb2.PARTITION_MODE_MIG,
+        partitions=[
+            device_pb2.Partition(
+                id="gpu-0-mig-0",
+                profile="1g.10gb",
+                health=device_pb2.Health(state=state),  # type: ignore[arg-type]
+            )
+        ],
+    )
+    d = device_from_proto(raw)
+    assert not d.healthy
+    assert d.reason.startswith("health unknown")
+    assert not d.partitions[0].healthy
+    assert d.partitions[0].reason.startswith("health unknown")
+    units = advertise([d], ResourceNames())
+    assert units, "withheld, not hidden: the kubelet sees the device go Unhealthy"
+    assert all(not u.healthy for us in units.values() for u in us)
+
+
+def test_known_health_states_read_as_the_runtime_says() -> None:
+    ok = device_from_proto(
+        device_pb2.Device(id="a", health=device_pb2.Health(state=device_pb2.HEALTH_STATE_HEALTHY))
+    )
+    bad = device_from_proto(
+        device_pb2.Device(
+            id="b",
+            health=device_pb2.Health(state=device_pb2.HEALTH_STATE_UNHEALTHY, reason="XID 79"),
+        )
+    )
+    assert (ok.healthy, bad.healthy, bad.reason) == (True, False, "XID 79")

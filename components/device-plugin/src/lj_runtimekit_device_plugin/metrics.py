@@ -98,6 +98,13 @@ class PluginMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.events_dropped = Counter(
+            "lj_device_plugin_pod_events_rate_limited",
+            "Events on pods left out by the plugin's overall event rate limit, by reason (the "
+            "refusal is still logged and returned to the kubelet).",
+            ["reason"],
+            registry=self.registry,
+        )
 
     def reconciled(self, ok: bool, seconds: float) -> None:
         self.passes.labels("ok" if ok else "skipped").inc()

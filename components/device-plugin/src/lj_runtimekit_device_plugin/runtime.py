@@ -9,7 +9,9 @@ clear log.
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -74,6 +76,20 @@ class DriverFacts:
 _enum = enum_name
 
 
+def health_from_proto(h: device_pb2.Health) -> tuple[bool, str]:
+    """(healthy, reason): healthy only when the Runtime says so. An unset state or a number
+    this build does not know (a newer Runtime's) reads as unknown, and the device is withheld
+    (Unhealthy to the kubelet) until its health is known."""
+    state = _enum(device_pb2.HealthState, h.state, "HEALTH_STATE_")
+    if state == "healthy":
+        return True, h.reason
+    if state == "unhealthy":
+        return False, h.reason
+    said = "no health state" if state == "unspecified" else f"health state {h.state}"
+    known = f": {h.reason}" if h.reason else ""
+    return False, f"health unknown (the Runtime reported {said}{known}); withheld until known"
+
+
 def device_from_proto(d: device_pb2.Device) -> Device:
     """One Runtime device as domain data; unknown enum numbers read as ``unknown``."""
     mode = _enum(device_pb2.PartitionMode, d.partition_mode, "PARTITION_MODE_")
@@ -101,13 +117,13 @@ def device_from_proto(d: device_pb2.Device) -> Device:
                 memory_bytes=p.memory_bytes,
                 compute_units=p.compute_units,
                 time_percent=p.time_percent,
-                healthy=p.health.state != device_pb2.HEALTH_STATE_UNHEALTHY,
-                reason=p.health.reason,
+                healthy=health_from_proto(p.health)[0],
+                reason=health_from_proto(p.health)[1],
             )
             for p in d.partitions
         ),
-        healthy=d.health.state != device_pb2.HEALTH_STATE_UNHEALTHY,
-        reason=d.health.reason,
+        healthy=health_from_proto(d.health)[0],
+        reason=health_from_proto(d.health)[1],
         device_nodes=tuple(d.device_nodes),
         # unset: a Runtime older than the field, whose devices are all on the vendor's driver
         binding="driver" if binding == "unspecified" else binding,
@@ -184,6 +200,27 @@ class RuntimeClient:
     async def close(self) -> None:
         await self._channel.close()
 
+    def listening(self, method: str) -> None:
+        """Fail at once, naming the socket, when nothing listens on it (missing, or a file no
+        Runtime serves): the calls a kubelet waits on pass ``wait_for_ready``, which would wait
+        out the whole deadline for a Runtime that is not there. A Runtime that is there but slow
+        still gets the deadline.
+
+        One non-blocking connect: it never waits (a full backlog reads as there)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.setblocking(False)
+            try:
+                code = probe.connect_ex(self.path)
+            except OSError:
+                return  # a path the probe cannot try (too long): gRPC's own error says it
+        if code in (0, errno.EAGAIN, errno.EINPROGRESS):
+            return
+        why = "is missing" if code == errno.ENOENT else f"refuses connections ({os.strerror(code)})"
+        raise RuntimeUnavailable(
+            f"Runtime socket {self.path} {why}: is the Runtime service running? "
+            f"(DeviceService.{method} not sent)"
+        )
+
     def _unavailable(self, method: str, e: grpc.aio.AioRpcError) -> RuntimeUnavailable:
         where = self.path if os.path.exists(self.path) else f"{self.path} (missing)"
         return RuntimeUnavailable(
@@ -244,6 +281,7 @@ class RuntimeClient:
             core_percent=core_percent,
             memory_bytes=memory_bytes,
         )
+        self.listening("Allocate")
         try:
             # wait_for_ready: a Runtime restarting (an upgrade window) is waited for, within the
             # timeout, instead of failing the admission at once while the channel reconnects
@@ -319,6 +357,7 @@ def retrying(what: str) -> AsyncRetrying:
 
 async def release(client: RuntimeClient, allocation_id: str) -> int:
     """Free one allocation (unknown ids are not an error); how many were freed."""
+    client.listening("Release")
     try:
         r = await client._stub.Release(
             device_pb2.ReleaseRequest(allocation_id=allocation_id),
@@ -332,6 +371,7 @@ async def release(client: RuntimeClient, allocation_id: str) -> int:
 
 async def allocations(client: RuntimeClient) -> list[Allocation]:
     """Every live allocation on the node."""
+    client.listening("ListAllocations")
     try:
         r = await client._stub.ListAllocations(
             device_pb2.ListAllocationsRequest(), timeout=client.timeout, wait_for_ready=True
@@ -351,6 +391,7 @@ async def update_owner(
         pod=device_pb2.PodRef(namespace=pod[0], name=pod[1], uid=pod[2]),
         container=container,
     )
+    client.listening("UpdateAllocationOwner")
     try:
         r = await client._stub.UpdateAllocationOwner(
             req, timeout=client.timeout, wait_for_ready=True

@@ -61,6 +61,15 @@ class SharedAllocator:
     ) -> None:
         return None
 
+    async def warn(self, pods: Sequence[PodView], reason: str, message: str) -> None:
+        """A Warning Event on each pod; here (no apiserver) only the log line."""
+        log.warning(
+            "pod_warning",
+            reason=reason,
+            pods=[f"{p.namespace}/{p.name}" for p in pods],
+            message=message,
+        )
+
     async def allocate(self, resource: str, units: Sequence[str]) -> Injection:
         raise PermanentError(
             f"{resource}: shared allocation needs the scheduler's decision on the pod "
@@ -132,6 +141,23 @@ class Allocator:
         return injection
 
     async def _whole(self, resource: str, devices: list[str]) -> Injection:
+        found: list[WholePending] = []
+        try:
+            return await self._whole_for(resource, devices, found)
+        except DevicePluginError as e:
+            owner = found[0] if found else await self._owner(resource, devices, set())
+            if owner is not None:
+                await self.shared.warn(
+                    [owner.pod],
+                    "GpuAllocationFailed",
+                    f"{resource}: container {owner.container}: devices {devices}: {e}",
+                )
+            raise
+
+    async def _whole_for(
+        self, resource: str, devices: list[str], found: list[WholePending]
+    ) -> Injection:
+        """The whole-device allocation; the owner, once known, is put in ``found``."""
         live = await allocations(self.client)
         # The kubelet never hands a live container's device to another: a Runtime allocation
         # still holding one of these belongs to a container that is gone.
@@ -145,6 +171,7 @@ class Allocator:
         owned = {(a.pod[2], a.container) for a in live if a.resource == resource and a not in stale}
         owner = await self._owner(resource, devices, owned)
         if owner is not None:
+            found.append(owner)
             pod = (owner.pod.namespace, owner.pod.name, owner.pod.uid)
             container = owner.container
         else:

@@ -82,8 +82,39 @@ def parse(text: str) -> Assignment:
                     whole=d.get("whole") is True,
                 )
             )
-        out[c["name"]] = tuple(shares)
+        out[c["name"]] = one_per_device(c["name"], shares)
     return Assignment(node=node, assumed_at=at, containers=out)
+
+
+def one_per_device(container: str, shares: Iterable[Share]) -> tuple[Share, ...]:
+    """One share per device: a device listed twice is one share of the sum (what the Runtime
+    then holds for it is what the container is told), in the order of first mention.
+
+    Refused (:class:`BadAssignment`): a device listed both whole and shared, and shares of more
+    than one device. The scheduler gives a container at most one shared GPU, and the Runtime's
+    injection carries one share (``LJ_GPU_CORE_PERCENT``, ``LJ_VISIBLE_DEVICES``) per
+    allocation: two allocations merged into one environment would tell the container one
+    device's share while the Runtime holds both.
+    """
+    merged: dict[str, Share] = {}
+    for s in shares:
+        seen = merged.get(s.id)
+        if seen is None:
+            merged[s.id] = s
+        elif seen.whole != s.whole:
+            raise BadAssignment(
+                f"{ASSIGNMENT}: container {container}: device {s.id} is listed both whole "
+                "and shared"
+            )
+        elif not s.whole:
+            merged[s.id] = Share(s.id, seen.core + s.core, seen.memory_gib + s.memory_gib)
+    shared = [s.id for s in merged.values() if not s.whole]
+    if len(shared) > 1:
+        raise BadAssignment(
+            f"{ASSIGNMENT}: container {container}: shares of {len(shared)} devices {shared}; a "
+            "container gets a share of one GPU (its environment names one share)"
+        )
+    return tuple(merged.values())
 
 
 def on_node(pods: Iterable[PodView], node: str) -> Iterator[tuple[PodView, Assignment]]:
@@ -377,3 +408,73 @@ def whole_owner(
     if len(unassigned) == 1:
         return unassigned[0], []
     return None, unassigned
+
+
+def refusals(
+    pods: Iterable[PodView],
+    node: str,
+    resource: str,
+    kind: str,
+    *,
+    units: int,
+    paid: Mapping[str, str] | None = None,
+) -> list[tuple[PodView, str]]:
+    """The pods a shared Allocate of ``units`` of ``resource`` found no decision for, with why
+    each one's assignment cannot be followed: containers on ``node`` asking exactly that, not
+    answered for it, pod not ended, whose assignment is missing, not readable, for another
+    node, or not what the container requests. The kubelet names no pod, so these are the ones
+    the refusal may be about; each should show it (an Event).
+    """
+    out = []
+    for pod in pods:
+        if pod.ended or pod.deleted:
+            continue
+        done = marks(pod.annotations)
+        asking = [
+            name
+            for name, requests in pod.requests.items()
+            if requests.get(resource) == units and resource not in done.get(name, {})
+        ]
+        if not asking:
+            continue
+        why = _why_not(pod, node=node, resource=resource, kind=kind, asking=asking, paid=paid or {})
+        if why:
+            out.append((pod, why))
+    return out
+
+
+def _why_not(
+    pod: PodView,
+    *,
+    node: str,
+    resource: str,
+    kind: str,
+    asking: Sequence[str],
+    paid: Mapping[str, str],
+) -> str:
+    text = pod.annotations.get(ASSIGNMENT)
+    if text is None:
+        return (
+            f"{resource}: the pod has no {ASSIGNMENT}; shared GPUs need the decision of "
+            "lj-runtimekit-scheduler (schedulerName lj-runtimekit-scheduler)"
+        )
+    try:
+        a = parse(text)
+    except BadAssignment as e:
+        return f"{resource}: {e}"
+    if a.node != node:
+        return f"{resource}: {ASSIGNMENT} is for node {a.node!r}, the pod runs on {node!r}"
+    for name in asking:
+        shares = a.containers.get(name)
+        if shares is None:
+            return f"{resource}: {ASSIGNMENT} has no decision for container {name}"
+        if not _shared(shares):
+            return f"{resource}: {ASSIGNMENT} gives container {name} no shared device"
+        asked = pod.requests.get(name, {})
+        for k, r in {kind: resource, **paid}.items():
+            if units_asked(shares, k) != asked.get(r, 0):
+                return (
+                    f"{resource}: container {name} requests {asked.get(r, 0)} {r}, its "
+                    f"{ASSIGNMENT} gives {units_asked(shares, k)}"
+                )
+    return ""

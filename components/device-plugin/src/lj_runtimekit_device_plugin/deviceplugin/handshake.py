@@ -21,16 +21,18 @@ import structlog
 from ..errors import DevicePluginError, PermanentError
 from ..kube import Conflict, MarkUpdate
 from ..model import GIB, Allocation, Device, Injection
+from ..pod_events import EventPoster, PodEvents
 from ..podview import PodView
 from ..resources import ResourceNames
 from ..runtime import RuntimeClient, allocations, release
-from .allocate import RoomMaker, allocate_making_room
+from .allocate import RoomMaker, SharedAllocator, allocate_making_room
 from .assignment import (
     Candidate,
     Share,
     WholeIntent,
     WholePending,
     candidates,
+    refusals,
     unique,
     whole_intent,
     with_mark,
@@ -41,12 +43,14 @@ log = structlog.get_logger(__name__)
 
 PodLister = Callable[[], Awaitable[list[PodView]]]
 PodMarker = Callable[[PodView, MarkUpdate], Awaitable[None]]
-EventPoster = Callable[[PodView, str, str], Awaitable[None]]
-"""(pod, reason, message): a Warning Event on the pod."""
 
 
 class NoDecision(PermanentError):
     """No pod on this node carries an unanswered decision for this request."""
+
+
+class _Refused(PermanentError):
+    """Refused with its own Event already on the pod."""
 
 
 def merged(allocs: Sequence[Allocation]) -> Injection:
@@ -68,7 +72,7 @@ def merged(allocs: Sequence[Allocation]) -> Injection:
     )
 
 
-class SharedHandshake:
+class SharedHandshake(SharedAllocator):
     def __init__(
         self,
         client: RuntimeClient,
@@ -78,14 +82,15 @@ class SharedHandshake:
         mark_pod: PodMarker,
         *,
         post_event: EventPoster | None = None,
+        events: PodEvents | None = None,
         room: RoomMaker | None = None,
         devices: Callable[[], Sequence[Device]] | None = None,
     ) -> None:
         self.devices = devices
         """This node's known devices, to check a share fits before asking the Runtime."""
         self.room = room
-        self.post_event = post_event
-        self._warned: set[tuple[str, str]] = set()
+        self.events = events or PodEvents(post_event)
+        """Warning Events on refused pods, one per pod and reason per window."""
         self.client = client
         self.names = names
         self.node = node
@@ -126,23 +131,8 @@ class SharedHandshake:
         return intent
 
     async def warn(self, pods: Sequence[PodView], reason: str, message: str) -> None:
-        """A Warning Event on each pod, once per pod and reason in this process."""
-        log.warning(
-            "pod_warning",
-            reason=reason,
-            pods=[f"{p.namespace}/{p.name}" for p in pods],
-            message=message,
-        )
-        if self.post_event is None:
-            return
-        for p in pods:
-            if (p.uid, reason) in self._warned:
-                continue
-            self._warned.add((p.uid, reason))
-            try:
-                await self.post_event(p, reason, message)
-            except DevicePluginError as e:
-                log.warning("event_not_posted", pod=f"{p.namespace}/{p.name}", error=str(e))
+        """A Warning Event on each pod, at most one per pod and reason per window."""
+        await self.events.warn(pods, reason, message)
 
     async def mark_whole(
         self, owner: WholePending, resource: str, allocation_id: str, device_ids: Sequence[str]
@@ -177,6 +167,7 @@ class SharedHandshake:
 
     async def allocate(self, resource: str, units: Sequence[str]) -> Injection:
         kind = self._kind(resource)
+        pods: list[PodView] = []
         for _ in range(5):
             pods = await self.list_pods()
             self._forget_gone(pods)
@@ -188,7 +179,7 @@ class SharedHandshake:
                 units=len(units),
                 claimed=self._claimed,
                 held=self._held,
-                paid={"gpu-core": self.names.gpu_core, "gpu-memory": self.names.gpu_memory},
+                paid=self._paid,
             )
             c, ambiguous = unique(found)
             if c is None and ambiguous:
@@ -214,14 +205,27 @@ class SharedHandshake:
                 # claimed elsewhere or changed: read again, the mark filters it
                 log.info("pod_claim_lost", pod=f"{c.pod.namespace}/{c.pod.name}", error=str(e))
                 self._claimed.discard(key)
+            except DevicePluginError as e:
+                self._claimed.discard(key)
+                if not isinstance(e, NoDecision | _Refused):
+                    await self.warn([c.pod], "GpuAllocationFailed", f"{resource}: {e}")
+                raise
             except BaseException:
                 self._claimed.discard(key)
                 raise
+        refused = refusals(pods, self.node, resource, kind, units=len(units), paid=self._paid)
+        for pod, why in refused:
+            await self.warn([pod], "GpuAssignmentRefused", why)
+        because = "".join(f"; {p.namespace}/{p.name}: {why}" for p, why in refused[:3])
         raise NoDecision(
             f"{resource}: no pod on node {self.node} has an unanswered "
             f"lj-runtimekit-scheduler/gpu-assignment for {len(units)} units; was the pod "
-            "scheduled by lj-runtimekit-scheduler?"
+            f"scheduled by lj-runtimekit-scheduler?{because}"
         )
+
+    @property
+    def _paid(self) -> dict[str, str]:
+        return {"gpu-core": self.names.gpu_core, "gpu-memory": self.names.gpu_memory}
 
     async def _claim(self, resource: str, c: Candidate) -> Injection:
         pod = (c.pod.namespace, c.pod.name, c.pod.uid)
@@ -299,7 +303,7 @@ class SharedHandshake:
             "device (was the annotation written by someone other than the scheduler?)"
         )
         await self.warn([c.pod], "GpuAssignmentRefused", message)
-        raise PermanentError(message)
+        raise _Refused(message)
 
     async def _injection_of(self, ids: tuple[str, ...], c: Candidate) -> Injection:
         """The injection of the allocations this container already holds.
@@ -327,5 +331,5 @@ class SharedHandshake:
                 "(that annotation is the device plugin's to write)"
             )
             await self.warn([c.pod], "GpuAllocationMarkRefused", message)
-            raise PermanentError(message)
+            raise _Refused(message)
         return merged([live[i] for i in ids])

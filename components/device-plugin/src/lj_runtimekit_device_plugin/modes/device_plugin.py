@@ -17,6 +17,7 @@ from ..kube import MarkUpdate, mark_pod, post_event
 from ..metrics import PluginMetrics
 from ..model import Injection
 from ..node import Node, Reclaiming
+from ..pod_events import PodEvents
 from ..podview import PodView
 from . import migration
 from .mode import Registration, first
@@ -125,7 +126,7 @@ def _handshake(node: Node) -> Any:
         s.node_name,
         pods,
         mark,
-        post_event=event,
+        events=PodEvents(event, dropped=lambda r: node.metrics.events_dropped.labels(r).inc()),
         room=node.reclaimer,
         devices=node.devices,
     )
