@@ -188,6 +188,40 @@ async def test_a_gang_incomplete_past_its_timeout_is_warned_about_once() -> None
     assert sched.metrics.registry.get_sample_value("lj_scheduler_gangs_overdue") == 1
 
 
+async def test_gang_members_that_disagree_on_the_size_are_told_and_placed_at_the_largest() -> None:
+    # issue 34, finding 9: sizes 2 and 4 made two gangs, each waiting forever for a member
+    sched, edge, _ = setup({"a1": "A", "a2": "A"})
+    sizes = {"g0": "2", "g1": "4", "g2": "4", "g3": "4"}
+    for name, size in sizes.items():
+        group = {
+            "lj-runtimekit-scheduler/pod-group": "g",
+            "lj-runtimekit-scheduler/pod-group-size": size,
+        }
+        sched.queue.add(gpu_pod(name, {"aliyun.com/gpu": "4"}, **group), 0)
+    await run_until_idle(sched)
+    assert sorted(edge.bound) == ["g0", "g1", "g2", "g3"]
+    conflicts = {p: m for p, r, m in edge.events if r == "GangSizeConflict"}
+    assert sorted(conflicts) == ["g0", "g1", "g2", "g3"]
+    message = conflicts["g0"]
+    assert "2: g0; 4: g1, g2, g3" in message
+    assert "the largest size any member gives applies" in message
+    assert len([r for _, r, _ in edge.events if r == "GangSizeConflict"]) == 4
+
+
+async def test_a_gang_short_of_its_largest_size_waits_whole_and_says_why() -> None:
+    sched, edge, _ = setup({"a1": "A", "a2": "A"})
+    for name, size in {"g0": "2", "g1": "2", "g2": "4"}.items():
+        group = {
+            "lj-runtimekit-scheduler/pod-group": "g",
+            "lj-runtimekit-scheduler/pod-group-size": size,
+        }
+        sched.queue.add(gpu_pod(name, {"aliyun.com/gpu": "4"}, **group), 0)
+    await run_until_idle(sched)
+    assert edge.bound == {}  # not the two that asked for 2 while the third asks for 4
+    assert {p for p, r, _ in edge.events if r == "GangSizeConflict"} == {"g0", "g1", "g2"}
+    assert any("waiting for 1 more of 4 members" in m for _, _, m in edge.events)
+
+
 async def test_unfit_pod_gets_a_failed_scheduling_event_naming_the_gpus() -> None:
     sched, edge, _ = setup({"n1": "b1"})
     sched.queue.add(gpu_pod("big", {"aliyun.com/gpu": "9"}), 0)
