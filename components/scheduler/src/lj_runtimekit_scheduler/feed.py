@@ -133,7 +133,10 @@ class Informers:
         self._changed()
 
     def _devices(self, ev_type: str, obj: Json) -> None:
-        node, devices = objects.node_devices(obj, self.settings.resources)
+        refused: list[str] = []
+        node, devices = objects.node_devices(obj, self.settings.resources, refused)
+        for why in refused if ev_type != "DELETED" else ():
+            log.warning("node_devices_value_refused", node=node, why=why)
         if ev_type == "DELETED":
             self.state.set_devices(node, ())
         else:
