@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -371,3 +372,63 @@ def test_any_slice_or_claim_is_taken_or_skipped_and_the_ledger_still_answers(
     inf._handle("resourceslices", "DELETED", _slice(devices, pool))
     assert ledger.use("n1", lambda uid: False) == {}
     assert not ledger.serves("n1")
+
+
+@pytest.mark.parametrize(
+    ("memory", "kept"),
+    [
+        (80 * 2**30, True),
+        (0, True),
+        (-(2**30), False),
+        (10**30, False),
+        (1.5, False),
+        ("80Gi", False),
+        (True, False),
+    ],
+    ids=["80GiB", "absent-as-0", "negative", "beyond-16TiB", "fraction", "text", "bool"],
+)
+def test_a_nodedevices_memory_that_cannot_be_true_leaves_that_device_out_and_says_so(
+    memory: object, kept: bool
+) -> None:
+    # issue 34: an impossible capacity (negative was read as 0, 1e30 bytes as room for any
+    # share) is refused, that device alone, with the reason
+    raw = {
+        "metadata": {"name": "n"},
+        "status": {
+            "devices": [
+                {"id": "gpu-0", "memoryBytes": memory, "healthy": True, "index": 0},
+                {"id": "gpu-1", "memoryBytes": 80 * 2**30, "healthy": True, "index": 1},
+            ]
+        },
+    }
+    refused: list[str] = []
+    _, devices = objects.node_devices(raw, refused=refused)
+    assert [d.id for d in devices] == (["gpu-0", "gpu-1"] if kept else ["gpu-1"])
+    assert bool(refused) is not kept
+    if refused:
+        assert "gpu-0" in refused[0]
+        assert "memoryBytes" in refused[0]
+
+
+def test_a_partition_larger_than_its_gpu_is_left_out() -> None:
+    raw = {
+        "metadata": {"name": "n"},
+        "status": {
+            "devices": [
+                {
+                    "id": "gpu-0",
+                    "memoryBytes": 80 * 2**30,
+                    "healthy": True,
+                    "partitionMode": "MIG",
+                    "partitions": [
+                        {"id": "gpu-0-mig-0", "memoryBytes": 10 * 2**30, "healthy": True},
+                        {"id": "gpu-0-mig-1", "memoryBytes": 800 * 2**30, "healthy": True},
+                    ],
+                }
+            ]
+        },
+    }
+    refused: list[str] = []
+    _, devices = objects.node_devices(raw, refused=refused)
+    assert [d.id for d in devices] == ["gpu-0-mig-0"]
+    assert "gpu-0-mig-1" in refused[0]

@@ -2,10 +2,11 @@
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, cast
 
 from lj_runtimekit_scheduler import objects
 from lj_runtimekit_scheduler.errors import TemporaryError
+from lj_runtimekit_scheduler.feed import Informers
 from lj_runtimekit_scheduler.framework import CHOSEN_DEVICES, OK, CycleState, Profile, Status
 from lj_runtimekit_scheduler.gpu import Choice, Slice
 from lj_runtimekit_scheduler.metrics import Metrics
@@ -186,6 +187,82 @@ async def test_a_gang_incomplete_past_its_timeout_is_warned_about_once() -> None
     assert edge.bound == {}
     # the alert LJRuntimeKitGangOverdue reads this gauge
     assert sched.metrics.registry.get_sample_value("lj_scheduler_gangs_overdue") == 1
+
+
+async def test_gang_members_that_disagree_on_the_size_are_told_and_placed_at_the_largest() -> None:
+    # issue 34, finding 9: sizes 2 and 4 made two gangs, each waiting forever for a member
+    sched, edge, _ = setup({"a1": "A", "a2": "A"})
+    sizes = {"g0": "2", "g1": "4", "g2": "4", "g3": "4"}
+    for name, size in sizes.items():
+        group = {
+            "lj-runtimekit-scheduler/pod-group": "g",
+            "lj-runtimekit-scheduler/pod-group-size": size,
+        }
+        sched.queue.add(gpu_pod(name, {"aliyun.com/gpu": "4"}, **group), 0)
+    await run_until_idle(sched)
+    assert sorted(edge.bound) == ["g0", "g1", "g2", "g3"]
+    conflicts = {p: m for p, r, m in edge.events if r == "GangSizeConflict"}
+    assert sorted(conflicts) == ["g0", "g1", "g2", "g3"]
+    message = conflicts["g0"]
+    assert "2: g0; 4: g1, g2, g3" in message
+    assert "the largest size any member gives applies" in message
+    assert len([r for _, r, _ in edge.events if r == "GangSizeConflict"]) == 4
+
+
+async def test_a_gang_short_of_its_largest_size_waits_whole_and_says_why() -> None:
+    sched, edge, _ = setup({"a1": "A", "a2": "A"})
+    for name, size in {"g0": "2", "g1": "2", "g2": "4"}.items():
+        group = {
+            "lj-runtimekit-scheduler/pod-group": "g",
+            "lj-runtimekit-scheduler/pod-group-size": size,
+        }
+        sched.queue.add(gpu_pod(name, {"aliyun.com/gpu": "4"}, **group), 0)
+    await run_until_idle(sched)
+    assert edge.bound == {}  # not the two that asked for 2 while the third asks for 4
+    assert {p for p, r, _ in edge.events if r == "GangSizeConflict"} == {"g0", "g1", "g2"}
+    assert any("waiting for 1 more of 4 members" in m for _, _, m in edge.events)
+
+
+def bound_json(name: str, limits: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:
+    """The pod as the watch shows it once bound to n1."""
+    return {
+        "metadata": {"uid": name, "name": name, "namespace": "ns", "annotations": annotations},
+        "spec": {
+            "schedulerName": "lj-runtimekit-scheduler",
+            "nodeName": "n1",
+            "containers": [{"name": "main", "resources": {"requests": limits, "limits": limits}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+async def test_an_edited_assignment_on_a_bound_pod_frees_nothing_and_gets_an_event() -> None:
+    # issue 34, finding 10: the edit freed p1's 60 % of gpu-0 and the next pod got it too
+    sched, edge, state = setup({"n1": "b1"})
+    feed = Informers(cast(Any, None), sched.settings, state, sched.queue, sched.poke, recorder=edge)
+    share = {"aliyun.com/gpu-core": "60", "aliyun.com/gpu-memory": "8"}
+    sched.queue.add(gpu_pod("p1", share), 0)
+    await run_until_idle(sched)
+    written = edge.annotations["p1"][ASSIGNMENT_ANNOTATION]
+    gpu_of_p1 = json.loads(written)["containers"][0]["devices"][0]["id"]
+    feed._handle("pods", "MODIFIED", bound_json("p1", share, {ASSIGNMENT_ANNOTATION: written}))
+    assert [r for _, r, _ in edge.events if r == "GpuAssignmentEdited"] == []
+    other = "gpu-7" if gpu_of_p1 != "gpu-7" else "gpu-6"
+    edited = written.replace(f'"{gpu_of_p1}"', f'"{other}"')
+    for _ in range(2):  # the same edit seen twice (a resync) is reported once
+        feed._handle("pods", "MODIFIED", bound_json("p1", share, {ASSIGNMENT_ANNOTATION: edited}))
+    ((_, _, message),) = [(p, r, m) for p, r, m in edge.events if r == "GpuAssignmentEdited"]
+    assert gpu_of_p1 in message
+    assert other in message
+    assert state.nodes["n1"].device_use[gpu_of_p1].core == 60, "the ledger keeps what it wrote"
+    assert other not in state.nodes["n1"].device_use
+    feed._handle("pods", "MODIFIED", bound_json("p1", share, {}))  # removed: the same
+    assert state.nodes["n1"].device_use[gpu_of_p1].core == 60
+    assert len([r for _, r, _ in edge.events if r == "GpuAssignmentEdited"]) == 2
+    sched.queue.add(gpu_pod("p2", share), 0)
+    await run_until_idle(sched)
+    gpu_of_p2 = json.loads(edge.annotations["p2"][ASSIGNMENT_ANNOTATION])["containers"][0]
+    assert gpu_of_p2["devices"][0]["id"] != gpu_of_p1, "never 120 % of one GPU"
 
 
 async def test_unfit_pod_gets_a_failed_scheduling_event_naming_the_gpus() -> None:

@@ -208,7 +208,8 @@ def attribute(
         if pods is not None and not _is_live(a, uids, names):
             continue
         shared = a.core_percent > 0 or a.memory_bytes > 0
-        core = min(max(a.core_percent, 0), 100) / 100.0 if a.core_percent > 0 else 1.0
+        # a share above 100 % is passed on as it is: the exposition leaves it out and counts it
+        core = a.core_percent / 100.0 if a.core_percent > 0 else 1.0
         for d in dict.fromkeys(a.device_ids):
             key = (a.namespace, a.pod, a.container, d)
             if key in rows:

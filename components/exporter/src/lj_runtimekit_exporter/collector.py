@@ -7,6 +7,7 @@ series stale instead of repeating old values.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -54,6 +55,15 @@ def _unique_devices(rt: RuntimeState) -> dict[str, Device]:
     return devices
 
 
+def _memory_total(dev: Device, sample: DeviceSample | None) -> float | None:
+    """The device's memory as this poll knows it (its sample's, else the inventory's); None
+    when neither says: then no memory reading of it has an upper bound."""
+    for total in (sample.memory_total_bytes if sample else 0.0, dev.memory_bytes):
+        if math.isfinite(total) and total > 0:
+            return total
+    return None
+
+
 def _unique_samples(rt: RuntimeState) -> dict[str, DeviceSample]:
     samples: dict[str, DeviceSample] = {}
     for s in rt.samples:
@@ -85,8 +95,9 @@ def _device_families(node: str, rt: RuntimeState) -> Iterator[Family]:
         if dev is None:
             continue
         labels = label_sets[device_id]
+        total = _memory_total(dev, s)
         for name, fam in fields.items():
-            fam.add(labels, getattr(s, name))
+            fam.add(labels, getattr(s, name), total if name == "memory_used_bytes" else None)
         if s.memory_total_bytes >= s.memory_used_bytes >= 0:
             free.add(labels, s.memory_total_bytes - s.memory_used_bytes)
         for link in s.links:
@@ -97,8 +108,9 @@ def _device_families(node: str, rt: RuntimeState) -> Iterator[Family]:
             profile = p.profile or dev.partition_profiles.get(p.partition_id, "")
             plabels = labels.extend(("partition", "profile"), (p.partition_id, profile))
             p_util.add(plabels, p.utilization_ratio)
-            p_used.add(plabels, p.memory_used_bytes)
-            p_total.add(plabels, p.memory_total_bytes)
+            p_total.add(plabels, p.memory_total_bytes, total)
+            bounds = [b for b in (p.memory_total_bytes, total) if b is not None and b > 0]
+            p_used.add(plabels, p.memory_used_bytes, min(bounds) if bounds else None)
     yield from fields.values()
     yield from (free, healthy, info, tx, rx, p_util, p_used, p_total)
 
@@ -136,6 +148,7 @@ def _container_families(node: str, snap: Snapshot, rt: RuntimeState) -> Iterator
                 used_of.setdefault(p.partition_id, p.memory_used_bytes)
         rows = attribute(allocations, rt.usage, pods, util_of, used_of)
         holdable = _holdable(rt)
+        samples = _unique_samples(rt)
         util, used, core, alloc = fams
         for r in rows:
             held = holdable.get(r.device_id)
@@ -146,10 +159,11 @@ def _container_families(node: str, snap: Snapshot, rt: RuntimeState) -> Iterator
                 naming.CONTAINER_LABELS,
                 (node, dev.id, dev.uuid or dev.id, dev.index, partition, *r.key),
             )
+            total = _memory_total(dev, samples.get(dev.id))
             util.add(labels, r.utilization_ratio)
-            used.add(labels, r.memory_used_bytes)
+            used.add(labels, r.memory_used_bytes, total)
             core.add(labels, r.allocated_core_ratio)
-            alloc.add(labels, r.allocated_memory_bytes)
+            alloc.add(labels, r.allocated_memory_bytes, total)
     yield from fams
 
 
@@ -197,15 +211,27 @@ def snapshot_families(state: State, now: float) -> list[Family]:
 
     Guarantees: they come only from a snapshot that reached the Runtime and is at most
     ``state.max_age`` seconds old; otherwise they are absent (Prometheus marks them stale) while
-    the self metrics say why (``runtime_up``, the snapshot's age).
+    the self metrics say why (``runtime_up``, the snapshot's age). Every value is within its
+    metric's domain (finite; not negative unless signed; a ratio within [0, 1]; memory not above
+    the device's); a reading outside it is left out and counted in ``samples_dropped``.
     """
     snap = state.snapshot
     if snap is None or snap.runtime is None or now - snap.taken_at > state.max_age:
         return []
-    return [
+    families = [
         *_device_families(state.node, snap.runtime),
         *_container_families(state.node, snap, snap.runtime),
     ]
+    return [*families, _dropped_family(state.node, families)]
+
+
+def _dropped_family(node: str, families: list[Family]) -> Family:
+    """How many readings each family left out as impossible (only families that left any)."""
+    dropped = Family(naming.SAMPLES_DROPPED)
+    for fam in families:
+        if fam.dropped:
+            dropped.add((node, fam.spec.exposed), float(fam.dropped))
+    return dropped
 
 
 def all_families(state: State, now: float) -> list[Family]:

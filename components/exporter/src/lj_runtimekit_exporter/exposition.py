@@ -54,18 +54,25 @@ class LabelSet:
 class Family:
     """Samples of one metric family, unique by label values (the first one wins)."""
 
-    __slots__ = ("samples", "spec")
+    __slots__ = ("dropped", "samples", "spec")
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
         self.samples: dict[str, tuple[LabelSet, float]] = {}
+        self.dropped = 0
+        """Readings left out because they cannot be true (see :meth:`add`)."""
 
-    def add(self, labels: LabelSet | tuple[object, ...], raw: float | None) -> None:
-        """Adds a sample unless its value cannot be true (None, NaN, ±inf, a negative reading)."""
+    def add(
+        self, labels: LabelSet | tuple[object, ...], raw: float | None, limit: float | None = None
+    ) -> None:
+        """Adds a sample unless its value cannot be true (NaN, ±inf, negative, above the
+        metric's maximum or above ``limit``): that one is counted in ``dropped`` instead.
+        ``None`` means "not measured" and is neither added nor counted."""
         if raw is None:
             return
-        value = naming.sample_value(self.spec, raw)
+        value = naming.sample_value(self.spec, raw, limit)
         if value is None:
+            self.dropped += 1
             return
         ls = labels if isinstance(labels, LabelSet) else LabelSet(self.spec.labels, labels)
         if ls.names != self.spec.labels:

@@ -42,6 +42,8 @@ class Metric:
     help: str
     signed: bool = False
     """Negative values are meaningful (temperatures); otherwise a negative reading is dropped."""
+    maximum: float | None = None
+    """The largest value that can be true (1 for a ratio); a reading above it is dropped."""
 
     @property
     def exposed(self) -> str:
@@ -49,12 +51,17 @@ class Metric:
         return self.name + "_total" if self.kind == "counter" else self.name
 
 
+def _maximum(unit: str) -> float | None:
+    return 1.0 if unit in ("ratio", "bool") else None
+
+
 def _d(name: str, kind: Kind, unit: str, help_: str, extra: tuple[str, ...] = ()) -> Metric:
-    return Metric(PREFIX + name, kind, unit, DEVICE_LABELS + extra, help_, unit == "celsius")
+    labels = DEVICE_LABELS + extra
+    return Metric(PREFIX + name, kind, unit, labels, help_, unit == "celsius", _maximum(unit))
 
 
 def _c(name: str, unit: str, help_: str) -> Metric:
-    return Metric(PREFIX + name, "gauge", unit, CONTAINER_LABELS, help_)
+    return Metric(PREFIX + name, "gauge", unit, CONTAINER_LABELS, help_, maximum=_maximum(unit))
 
 
 # Device metrics, keyed by the DeviceSample field they come from.
@@ -218,6 +225,14 @@ SCRAPE_SECONDS: Final = Metric(
     "Duration of the previous /metrics scrape (rendering only; no I/O happens in a scrape).",
 )
 SCRAPES: Final = Metric(PREFIX + "exporter_scrapes", "counter", "scrapes", ("node",), "Scrapes.")
+SAMPLES_DROPPED: Final = Metric(
+    PREFIX + "exporter_samples_dropped",
+    "gauge",
+    "samples",
+    ("node", "metric"),
+    "Readings of the served snapshot left out of a metric because they cannot be true (NaN, "
+    "Inf, negative, a ratio above 1, memory above the device's total).",
+)
 
 ALL: Final[tuple[Metric, ...]] = (
     *DEVICE_FIELDS.values(),
@@ -226,7 +241,7 @@ ALL: Final[tuple[Metric, ...]] = (
     CONTAINER_UTIL, CONTAINER_MEM_USED, CONTAINER_CORE, CONTAINER_MEM_ALLOC,
     RUNTIME_UP, RUNTIME_INFO, RUNTIME_DEGRADED, PODS_UP,
     SNAPSHOT_AGE, SNAPSHOT_TS, COLLECTION_SECONDS, COLLECTIONS, COLLECTION_ERRORS,
-    SCRAPE_SECONDS, SCRAPES,
+    SCRAPE_SECONDS, SCRAPES, SAMPLES_DROPPED,
 )  # fmt: skip
 
 
@@ -238,8 +253,10 @@ def label_value(raw: object) -> str:
     return text[:MAX_LABEL_LENGTH]
 
 
-def sample_value(metric: Metric, raw: float) -> float | None:
-    """The value to expose, or None for a reading that cannot be true (NaN, ±inf, negative)."""
+def sample_value(metric: Metric, raw: float, limit: float | None = None) -> float | None:
+    """The value to expose, or None for a reading that cannot be true: NaN, ±inf, negative
+    (unless ``metric.signed``), above ``metric.maximum`` or above ``limit`` (the bound this one
+    reading has, e.g. the device's memory for memory used)."""
     try:
         value = float(raw)
     except (TypeError, ValueError, OverflowError):
@@ -248,4 +265,7 @@ def sample_value(metric: Metric, raw: float) -> float | None:
         return None
     if value < 0 and not metric.signed:
         return None
+    for bound in (metric.maximum, limit):
+        if bound is not None and value > bound:
+            return None
     return value

@@ -73,7 +73,7 @@ async def _serve(settings: Settings, tasks: lifecycle.Tasks, kube: Kube, identit
         recorder=recorder,
         metrics=metrics,
     )
-    informers = Informers(kube, settings, state, queue, sched.poke)
+    informers = Informers(kube, settings, state, queue, sched.poke, recorder=recorder)
     # checked by Settings only when it is used: built only then
     lease = elector(settings, kube, identity) if settings.leader_elect else None
     lost = lease.lost if lease is not None else asyncio.Event()

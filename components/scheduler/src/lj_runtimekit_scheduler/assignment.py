@@ -134,3 +134,32 @@ def held(pod: Pod, choice: Choice | None, names: ResourceNames = DEFAULT_NAMES) 
                 new.append(Slice(shared_id, False, s.core, s.memory_gib) if shared_id else s)
         out.append((name, tuple(new)))
     return Choice(tuple(out))
+
+
+def _canonical(choice: Choice | None) -> tuple[tuple[str, tuple[Slice, ...]], ...]:
+    """``choice`` as its annotation carries it: a whole device has no share, an empty
+    container is absent."""
+    if choice is None:
+        return ()
+    return tuple(
+        (name, tuple(Slice(s.device, True) if s.whole else s for s in slices))
+        for name, slices in choice.containers
+        if slices
+    )
+
+
+def same(a: Choice | None, b: Choice | None) -> bool:
+    """Whether two decisions give the same devices (what the annotation can tell apart)."""
+    return _canonical(a) == _canonical(b)
+
+
+def describe(choice: Choice) -> str:
+    """A decision for an operator: ``main: gpu-0 (core 60, 8 GiB); eval: gpu-1, gpu-2``."""
+    parts = []
+    for name, slices in _canonical(choice):
+        shown = ", ".join(
+            s.device if s.whole else f"{s.device} (core {s.core}, {s.memory_gib} GiB)"
+            for s in slices
+        )
+        parts.append(f"{name}: {shown}")
+    return "; ".join(parts) or "no devices"

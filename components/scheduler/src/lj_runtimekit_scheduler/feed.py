@@ -22,6 +22,7 @@ from .errors import PermanentError, TemporaryError
 from .informer import Informer
 from .kube import Gone, Json, Kube
 from .queue import SchedulingQueue
+from .scheduler import Recorder
 from .settings import Settings
 from .state import ClusterState
 
@@ -40,9 +41,13 @@ class Informers:
         state: ClusterState,
         queue: SchedulingQueue,
         poke: Callable[[], None],
+        *,
+        recorder: Recorder | None = None,
     ) -> None:
         self.kube, self.settings, self.state, self.queue = kube, settings, state, queue
         self.poke = poke
+        self.recorder = recorder
+        """Where a bound pod's edited assignment is reported (None: logged only)."""
         self.informers = {
             kind: Informer(
                 kind,
@@ -128,7 +133,10 @@ class Informers:
         self._changed()
 
     def _devices(self, ev_type: str, obj: Json) -> None:
-        node, devices = objects.node_devices(obj, self.settings.resources)
+        refused: list[str] = []
+        node, devices = objects.node_devices(obj, self.settings.resources, refused)
+        for why in refused if ev_type != "DELETED" else ():
+            log.warning("node_devices_value_refused", node=node, why=why)
         if ev_type == "DELETED":
             self.state.set_devices(node, ())
         else:
@@ -163,7 +171,11 @@ class Informers:
             return
         self.queue.delete(pod.uid)
         held, was_pending = pod.uid in self.state.pods, self.state.is_pending(pod.uid)
-        self.state.observe_pod(pod)
+        if (edited := self.state.observe_pod(pod)) is not None:
+            msg = edited.message()
+            log.warning("gpu_assignment_edited", pod=pod.key, node=pod.node_name, why=msg)
+            if self.recorder is not None:
+                self.recorder.event(pod, "Warning", "GpuAssignmentEdited", msg)
         if held and pod.uid not in self.state.pods:
             self._changed()  # a pod finished: its resources are free again
         elif was_pending and not self.state.is_pending(pod.uid):

@@ -10,7 +10,7 @@ a joint placement is found and assumed in one step, so competing gangs cannot de
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .model import POD_GROUP_ANNOTATION, POD_GROUP_SIZE_ANNOTATION, Pod
 
@@ -26,7 +26,9 @@ MAX_GANG_SIZE = 100_000
 @dataclass(frozen=True)
 class GangId:
     key: str
-    size: int
+    size: int = field(compare=False)
+    """What this member says the size is. Not part of the gang's identity: members that
+    disagree are still one gang (see :func:`agreed_size`), never two that each wait forever."""
     topology: str | None = None
     """A node label the whole gang must share (JobSet's exclusive-topology)."""
 
@@ -48,6 +50,39 @@ def gang_of(pod: Pod) -> GangId | None:
     if size is None or size < 2:
         return None
     return GangId(key, size, pod.annotation(EXCLUSIVE_TOPOLOGY))
+
+
+SIZE_RULE = "the largest size any member gives applies: nothing is placed until that many are here"
+
+
+def agreed_size(members: Sequence[Pod]) -> tuple[int, dict[int, list[str]]]:
+    """The size the gang of ``members`` is placed at, and each size they give → the pods giving
+    it (more than one entry when they disagree).
+
+    Guarantees: the largest size given (:data:`SIZE_RULE`), so every member's all-or-nothing
+    wish holds (a member asking for 4 together is never placed with only 2), and the result
+    does not depend on which member is tried first.
+    """
+    sizes: dict[int, list[str]] = {}
+    for pod in members:
+        gid = gang_of(pod)
+        if gid is not None:
+            sizes.setdefault(gid.size, []).append(pod.name)
+    for names in sizes.values():
+        names.sort()
+    return (max(sizes) if sizes else 0), dict(sorted(sizes.items()))
+
+
+def size_conflict(key: str, sizes: Mapping[int, Sequence[str]]) -> str:
+    """The Warning every member of a gang whose members disagree on its size gets."""
+    shown = "; ".join(
+        f"{size}: {', '.join(names[:5])}{' …' if len(names) > 5 else ''}"
+        for size, names in sizes.items()
+    )
+    return (
+        f"gang {key}: members disagree on its size ({shown}); {SIZE_RULE} ({max(sizes)}). "
+        f"Give every member the same {POD_GROUP_SIZE_ANNOTATION} (or {JOBSET_REPLICAS})"
+    )
 
 
 def invalid_size(pod: Pod) -> str | None:

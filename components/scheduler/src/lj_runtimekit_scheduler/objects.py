@@ -185,14 +185,36 @@ def confirms_allocations(raw: Json) -> bool:
     return bool((raw.get("status") or {}).get("observedAt"))
 
 
-def node_devices(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> tuple[str, tuple[Device, ...]]:
+MAX_DEVICE_MEMORY_BYTES = 16 * 2**40
+"""No device has more memory than this (16 TiB, the device plugin's own bound on Runtime facts)."""
+
+
+def _memory_gib(entry: Json, what: str, refused: list[str] | None) -> int | None:
+    """The GiB of ``entry``'s ``memoryBytes``, or None (said in ``refused``) when it cannot be
+    true: negative, not a whole number, above :data:`MAX_DEVICE_MEMORY_BYTES`."""
+    raw = entry.get("memoryBytes", 0)
+    ok = type(raw) is int or (type(raw) is float and raw.is_integer())
+    if ok and 0 <= raw <= MAX_DEVICE_MEMORY_BYTES:
+        return int(raw) // 2**30
+    if refused is not None:
+        refused.append(
+            f"{what}: memoryBytes={str(raw)[:40]!r} is not a device's memory (a whole number of "
+            f"bytes from 0 to {MAX_DEVICE_MEMORY_BYTES}); left out, nothing is placed on it"
+        )
+    return None
+
+
+def node_devices(
+    raw: Json, names: ResourceNames = DEFAULT_NAMES, refused: list[str] | None = None
+) -> tuple[str, tuple[Device, ...]]:
     """(node name, devices) of a NodeDevices object.
 
     A MIG- or TDM-partitioned GPU is not a whole GPU: it becomes its partitions that the device
     plugin advertises as whole ``aliyun.com/gpu`` units (MIG strategy single, TDM slices).
     Partitions advertised under another resource (MIG strategy mixed) and GPUs bound to vfio-pci
     (``binding`` other than DRIVER; absent from an older device plugin means DRIVER) are not ours
-    to place.
+    to place. A device or partition whose memory cannot be true is left out, and said in
+    ``refused`` (so that no share of an impossible capacity is ever handed out).
     """
     node_name = (raw.get("spec") or {}).get("nodeName") or raw["metadata"]["name"]
     devices: list[Device] = []
@@ -206,10 +228,13 @@ def node_devices(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> tuple[str, 
             # Bound to vfio-pci (or a binding newer than this scheduler): the device plugin
             # advertises it under its own resource, never as aliyun.com/gpu; not ours to place.
             continue
+        memory = _memory_gib(d, f"device {d['id']}", refused)
+        if memory is None:
+            continue
         dev = Device(
             id=d["id"],
             kind=d.get("kind", "GPU"),
-            memory_gib=max(0, int(d.get("memoryBytes", 0)) // 2**30),
+            memory_gib=memory,
             healthy=d.get("healthy") is True,
             numa=int(d.get("numaNode", -1)),
             island=int(d.get("nvlinkIsland", -1)),
@@ -217,17 +242,26 @@ def node_devices(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> tuple[str, 
         )
         parts = d.get("partitions") or ()
         if d.get("partitionMode", "NONE") in ("MIG", "TDM") and parts:
-            devices += [
-                replace(
-                    dev,
-                    id=str(p["id"]),
-                    memory_gib=max(0, int(p.get("memoryBytes", 0)) // 2**30),
-                    healthy=dev.healthy and p.get("healthy") is True,
-                    partition_of=dev.id,
+            for p in parts:
+                if p.get("resource", names.gpu) != names.gpu:
+                    continue
+                part_memory = _memory_gib(p, f"partition {p['id']} of {dev.id}", refused)
+                if part_memory is None or 0 < memory < part_memory:
+                    if part_memory is not None and refused is not None:
+                        refused.append(
+                            f"partition {p['id']} of {dev.id}: {part_memory} GiB is more than "
+                            f"its GPU's {memory} GiB; left out, nothing is placed on it"
+                        )
+                    continue
+                devices.append(
+                    replace(
+                        dev,
+                        id=str(p["id"]),
+                        memory_gib=part_memory,
+                        healthy=dev.healthy and p.get("healthy") is True,
+                        partition_of=dev.id,
+                    )
                 )
-                for p in parts
-                if p.get("resource", names.gpu) == names.gpu
-            ]
         else:
             devices.append(dev)
     return node_name, tuple(devices)

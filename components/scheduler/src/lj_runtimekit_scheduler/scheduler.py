@@ -8,6 +8,7 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import structlog
@@ -62,6 +63,8 @@ class Scheduler:
         self.binding: set[asyncio.Task[None]] = set()
         self.gang_waiting: dict[str, float | None] = {}
         """Incomplete gangs: when first seen waiting; None once warned it is overdue."""
+        self.size_warned: dict[str, frozenset[int]] = {}
+        """Gang members told their gang's members disagree on its size: uid → the sizes."""
         self.handshake = allocate_handshake.NAME in profile.names
         self._moved = asyncio.Event()
         """Set (and replaced) on every poke: binds waiting for a confirmation look again."""
@@ -145,7 +148,10 @@ class Scheduler:
 
     def schedule_gang(self, first: Pod, gid: gang.GangId) -> None:
         members = [first] + [p for p in self.queue.gang_members(gid) if p.uid != first.uid]
-        held = list(self.state.gangs.get(gid, {}).values())
+        placed = self.state.gangs.get(gid, {})
+        held = list(placed.values())
+        size = self._agreed_size(gid, members, [self.state.pods[u][0] for u in placed])
+        gid = replace(gid, size=size)
         missing = gid.size - len(held) - len(members)
         if missing > 0:
             # only the pod just tried is told: the others were when they were tried, and telling
@@ -204,6 +210,25 @@ class Scheduler:
                 self._unschedulable(p, Result(None, {}), msg)
             return
         self._bind_later([(p, placement[p.uid], states[p.uid]) for p in members], t0)
+
+    def _agreed_size(self, gid: gang.GangId, queued: list[Pod], bound: list[Pod]) -> int:
+        """The gang's size by :data:`gang.SIZE_RULE`; when its members disagree, each of them
+        gets a ``GangSizeConflict`` Warning naming the sizes and the rule (once per member and
+        set of sizes, not at every try)."""
+        size, sizes = gang.agreed_size([*queued, *bound])
+        if len(sizes) < 2:
+            return size
+        seen = frozenset(sizes)
+        if len(self.size_warned) > 10_000:  # members deleted since: forget them all
+            self.size_warned.clear()
+        msg = gang.size_conflict(gid.key, sizes)
+        told = [p for p in (*queued, *bound) if self.size_warned.get(p.uid) != seen]
+        for pod in told:
+            self.size_warned[pod.uid] = seen
+            self.recorder.event(pod, "Warning", "GangSizeConflict", msg)
+        if told:
+            log.warning("gang_size_conflict", gang=gid.key, sizes=sorted(sizes), applied=size)
+        return size
 
     def _overdue(self, pod: Pod, gid: gang.GangId, present: int) -> None:
         """Warn once when a gang has waited ``gang_timeout_s`` for members that may never come

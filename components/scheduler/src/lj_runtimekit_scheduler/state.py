@@ -12,7 +12,17 @@ from dataclasses import dataclass, field
 from . import assignment, dra
 from .gang import GangId, gang_of
 from .gpu import Choice, apply
-from .model import DEFAULT_NAMES, Device, DeviceUse, HostPort, Node, Pod, ResourceNames, Resources
+from .model import (
+    ASSIGNMENT_ANNOTATION,
+    DEFAULT_NAMES,
+    Device,
+    DeviceUse,
+    HostPort,
+    Node,
+    Pod,
+    ResourceNames,
+    Resources,
+)
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,24 @@ class Pending:
     gang: GangId | None
     units: frozenset[tuple[str, int]]
     """(resource kind, unit count) of every container's every device resource."""
+
+
+@dataclass(frozen=True)
+class Edited:
+    """A bound pod whose ``gpu-assignment`` no longer says what the scheduler decided."""
+
+    kept: Choice
+    """What the scheduler wrote, and goes on counting."""
+    annotated: Choice | None
+    """What the annotation says now (None: removed, or nothing the scheduler would write)."""
+
+    def message(self) -> str:
+        now = assignment.describe(self.annotated) if self.annotated else "no usable decision"
+        return (
+            f"{ASSIGNMENT_ANNOTATION} was changed after the pod was bound (now: {now}); the "
+            f"scheduler keeps counting what it decided ({assignment.describe(self.kept)}) and "
+            "gives none of it to other pods. The annotation is the scheduler's, not to be edited"
+        )
 
 
 def pending(pod: Pod, choice: Choice | None) -> Pending | None:
@@ -77,6 +105,12 @@ class ClusterState:
         self.gangs: dict[GangId, dict[str, str]] = {}
         """gang → {uid: node} of its members in :attr:`pods` (a gang's cycle reads its own
         members here rather than walking every pod held in the cluster)."""
+        self.written: dict[str, Choice] = {}
+        """uid → the decision this scheduler wrote in the pod's Binding (or, for a pod bound
+        before it started, the one it first saw): what the pod holds, whatever its owner
+        edits on the annotation afterwards (issue 34)."""
+        self.edit_seen: dict[str, str] = {}
+        """uid → the edited annotation value already reported (one Event per edit)."""
         self.generation = 0
         """Bumped on every change; the queue requeues unschedulable pods when it moves."""
 
@@ -187,6 +221,8 @@ class ClusterState:
         held = self.pods.pop(uid, None)
         if not keep_assumed:
             self.assumed.pop(uid, None)
+            self.written.pop(uid, None)
+            self.edit_seen.pop(uid, None)
         if held is None:
             return
         pod, node, choice = held
@@ -198,25 +234,43 @@ class ClusterState:
                 del self.gangs[gid]
         self.generation += 1
 
-    def observe_pod(self, pod: Pod) -> None:
-        """A pod from the watch: bound and running pods hold resources, finished ones not."""
+    def observe_pod(self, pod: Pod) -> Edited | None:
+        """A pod from the watch: bound and running pods hold resources, finished ones not.
+
+        Guarantees: a bound pod's devices are the decision the scheduler wrote (or first saw),
+        corrected only by what the device plugin reports it allocated; an edit of the
+        ``gpu-assignment`` annotation afterwards changes nothing counted and is returned, once
+        per edited value, for the feed to report."""
         if not pod.node_name or pod.phase in ("Succeeded", "Failed"):
             if pod.uid not in self.assumed:
                 self.remove_pod(pod.uid)
-            return
-        held = self.pods.get(pod.uid)
+            return None
+        edited = None
         # A pod asking for none of our devices holds none, whatever its annotations say.
-        choice = assignment.decision(pod) if pod.devices else None
-        if held is not None and pod.uid in self.assumed and held[1] == pod.node_name:
-            choice = choice or held[2]
+        annotated = assignment.decision(pod) if pod.devices else None
+        choice = self.written.get(pod.uid) if pod.devices else None
+        if choice is None:
+            choice = annotated
+            if choice is not None:
+                self.written[pod.uid] = choice
+        elif assignment.same(annotated, choice):
+            self.edit_seen.pop(pod.uid, None)
+        else:
+            raw = pod.annotation(ASSIGNMENT_ANNOTATION) or ""
+            if self.edit_seen.get(pod.uid) != raw:
+                self.edit_seen[pod.uid] = raw
+                edited = Edited(choice, annotated)
         # the devices the device plugin reports, where they differ, are what the pod holds
         choice = assignment.held(pod, choice, self.names)
         self.assumed.pop(pod.uid, None)
         self.add_pod(pod, pod.node_name, choice)
+        return edited
 
     def assume(self, pod: Pod, node: str, choice: Choice | None, deadline: float) -> None:
         self.add_pod(pod, node, choice)
         self.assumed[pod.uid] = deadline
+        if choice is not None:
+            self.written[pod.uid] = choice  # what the Binding writes (gpu_fit.pre_bind)
 
     def forget(self, uid: str) -> None:
         if uid in self.assumed:
