@@ -109,8 +109,28 @@ def _own_pod(action: str) -> Obj:
     return spec
 
 
+Request = tuple[str, str, Any] | tuple[str, str, Any, str]
+
 _SHELL = ["nsenter", "--target", "1", "--all", "sh", "-c", "cat /etc/kubernetes/admin.conf"]
 """What a command run in the privileged, host-PID agent would do: enter the host."""
+
+
+def _with_flag(flag: str) -> Callable[[Rig, Objects], Request]:
+    """The request creating an agent Job whose agent gets ``flag`` too."""
+
+    def request(r: Rig, o: Objects) -> Request:
+        return ("POST", JOBS, tampered(r, lambda j, p, c: c["args"].append(flag)))
+
+    return request
+
+
+def _with_container_field(field: Obj) -> Callable[[Rig, Objects], Request]:
+    """The request creating an agent Job whose container also has ``field``."""
+
+    def request(r: Rig, o: Objects) -> Request:
+        return ("POST", JOBS, tampered(r, lambda j, p, c: c.update(field)))
+
+    return request
 
 
 def _issue_34_escape(job: Obj, pod: Obj, container: Obj) -> None:
@@ -122,9 +142,6 @@ def _issue_34_escape(job: Obj, pod: Obj, container: Obj) -> None:
     container["volumeMounts"].append({"name": "host", "mountPath": "/host"})
     container["securityContext"] = {"privileged": True}
     container["command"] = _SHELL
-
-
-Request = tuple[str, str, Any] | tuple[str, str, Any, str]
 
 
 @dataclass(frozen=True)
@@ -607,11 +624,7 @@ ATTACKS: list[Attack] = [
         Attack(
             f"controller-job-flag-{name}",
             "controller",
-            lambda r, o, flag=flag: (
-                "POST",
-                JOBS,
-                tampered(r, lambda j, p, c: c["args"].append(flag)),
-            ),
+            _with_flag(flag),
             "own entrypoint",
         )
         for name, flag in (
@@ -645,11 +658,7 @@ ATTACKS: list[Attack] = [
         Attack(
             f"controller-job-{name}",
             "controller",
-            lambda r, o, field=field: (
-                "POST",
-                JOBS,
-                tampered(r, lambda j, p, c: c.update(field)),
-            ),
+            _with_container_field(field),
             "no lifecycle hooks, probes or mount propagation",
         )
         for name, field in (
