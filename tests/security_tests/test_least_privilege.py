@@ -111,6 +111,38 @@ def _own_pod(action: str) -> Obj:
 
 Request = tuple[str, str, Any] | tuple[str, str, Any, str]
 
+_SHELL = ["nsenter", "--target", "1", "--all", "sh", "-c", "cat /etc/kubernetes/admin.conf"]
+"""What a command run in the privileged, host-PID agent would do: enter the host."""
+
+
+def _with_flag(flag: str) -> Callable[[Rig, Objects], Request]:
+    """The request creating an agent Job whose agent gets ``flag`` too."""
+
+    def request(r: Rig, o: Objects) -> Request:
+        return ("POST", JOBS, tampered(r, lambda j, p, c: c["args"].append(flag)))
+
+    return request
+
+
+def _with_container_field(field: Obj) -> Callable[[Rig, Objects], Request]:
+    """The request creating an agent Job whose container also has ``field``."""
+
+    def request(r: Rig, o: Objects) -> Request:
+        return ("POST", JOBS, tampered(r, lambda j, p, c: c.update(field)))
+
+    return request
+
+
+def _issue_34_escape(job: Obj, pod: Obj, container: Obj) -> None:
+    """Issue 34's finding: a kube-system Job under an account that may escalate ClusterRoles,
+    privileged, with the host's root mounted and a shell of its own."""
+    pod["serviceAccountName"] = "clusterrole-aggregation-controller"
+    pod["automountServiceAccountToken"] = True
+    pod["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    container["volumeMounts"].append({"name": "host", "mountPath": "/host"})
+    container["securityContext"] = {"privileged": True}
+    container["command"] = _SHELL
+
 
 @dataclass(frozen=True)
 class Attack:
@@ -578,6 +610,87 @@ ATTACKS: list[Attack] = [
         lambda r, o: ("POST", "/apis/batch/v1/namespaces/default/jobs", agent_job(r)),
         RBAC,
     ),
+    # Issue 34 §1: the issue's escape whole (a kube-system account that escalates ClusterRoles,
+    # privileged, the host's root mounted), and the ways to run a command in the privileged
+    # agent that a pinned image and entrypoint left open.
+    Attack(
+        "controller-job-issue-34-privileged-kube-system-escape",
+        "controller",
+        lambda r, o: ("POST", JOBS, tampered(r, _issue_34_escape)),
+        "runs as ServiceAccount lj-runtimekit-job-agent",
+        also_by=("mounts only", "own entrypoint"),
+    ),
+    *(
+        Attack(
+            f"controller-job-flag-{name}",
+            "controller",
+            _with_flag(flag),
+            "own entrypoint",
+        )
+        for name, flag in (
+            ("restart-command", "--restart-command=nsenter -t 1 -a sh -c id"),
+            ("confirm-command", "--confirm-command=nsenter -t 1 -a sh -c id"),
+            ("abbreviated-restart-command", "--restart-com=sh -c id"),
+            ("host-root", "--host-root=/proc/1/root"),
+            ("containerd-config-elsewhere", "--containerd-config=/proc/1/root/etc/shadow"),
+            ("containerd-socket-elsewhere", "--containerd-socket=/proc/1/root/run/k3s.sock"),
+            ("restart-marker-elsewhere", "--restart-marker=/proc/1/root/etc/cron.d/x"),
+            ("config-file", "--config=/proc/1/root/etc/kubernetes/admin.conf"),
+            ("second-node-name", "--node-name=another-node"),
+            ("other-socket-dir", "--socket-dir=/proc/1/root"),
+        )
+    ),
+    Attack(
+        "controller-job-pod-resources-socket-elsewhere",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(
+                r,
+                lambda j, p, c: c["args"].append("--pod-resources-socket=/proc/1/root/x.sock"),
+                "partition",
+            ),
+        ),
+        "own entrypoint",
+    ),
+    *(
+        Attack(
+            f"controller-job-{name}",
+            "controller",
+            _with_container_field(field),
+            "no lifecycle hooks, probes or mount propagation",
+        )
+        for name, field in (
+            ("post-start-hook", {"lifecycle": {"postStart": {"exec": {"command": _SHELL}}}}),
+            ("pre-stop-hook", {"lifecycle": {"preStop": {"exec": {"command": _SHELL}}}}),
+            ("liveness-probe", {"livenessProbe": {"exec": {"command": _SHELL}}}),
+            ("readiness-probe", {"readinessProbe": {"exec": {"command": _SHELL}}}),
+            ("startup-probe", {"startupProbe": {"exec": {"command": _SHELL}}}),
+        )
+    ),
+    Attack(
+        "controller-job-bidirectional-mount",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(
+                r, lambda j, p, c: c["volumeMounts"][0].update(mountPropagation="Bidirectional")
+            ),
+        ),
+        "no lifecycle hooks, probes or mount propagation",
+    ),
+    Attack(
+        "controller-job-many-pods",
+        "controller",
+        lambda r, o: (
+            "POST",
+            JOBS,
+            tampered(r, lambda j, p, c: j["spec"].update(parallelism=50, completions=50)),
+        ),
+        "one pod at a time",
+    ),
     Attack(
         "controller-delete-foreign-job",
         "controller",
@@ -826,6 +939,9 @@ def test_every_component_and_issue_escape_is_attacked() -> None:
         "scheduler-replace-image",
         "controller-job-kube-system-account",
         "controller-job-host-root",
+        "controller-job-issue-34-privileged-kube-system-escape",
+        "controller-job-flag-restart-command",
+        "controller-job-post-start-hook",
         "controller-cordon-node",
         "controller-taint-node",
         "device-plugin-node-restriction-label",
@@ -984,6 +1100,13 @@ def test_controller_token_does_all_the_controller_does(rig: Rig) -> None:
             c("DELETE", f"{JOBS}/{job['metadata']['name']}", {"propagationPolicy": "Background"}),
             "delete",
         )
+    # with the agent flags operators pass through --job-agent-args (docs/troubleshooting.md)
+    extra = ("--systemd-cgroup=true", "--restart-command=", "--wait-for-release=2", "--dry-run")
+    t = job_spec.JobTemplate(image=rig.job_image, agent_args=extra)
+    job = job_spec.manifest(t, rig.own_node, "enable", 1)
+    job["metadata"]["name"] = f"flags-{uuid.uuid4().hex[:6]}"
+    _ok(c("POST", JOBS, job), "create the agent Job with --job-agent-args")
+    c("DELETE", f"{JOBS}/{job['metadata']['name']}", {"propagationPolicy": "Background"})
     event = {
         "metadata": {"generateName": f"{rig.own_node}.", "namespace": "default"},
         "involvedObject": {"kind": "Node", "name": rig.own_node, "apiVersion": "v1"},

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lj_runtimekit_controller import names
+from lj_runtimekit_controller import names, status
 
 pytestmark = pytest.mark.cluster
 
@@ -157,3 +157,47 @@ async def test_many_nodes_at_once_with_bounded_jobs(
     # Running Jobs stay within 20; finished ones wait at most one step per worker for deletion.
     assert job_watcher.peak_total <= 20 + 10
     assert job_watcher.created == 120
+
+
+async def test_a_forged_succeeded_status_is_not_believed_and_the_agent_runs(
+    probe: Any, start_controller: Any, kubelet: Any
+) -> None:
+    # Issue 34 §6: whoever may annotate a node writes "enable succeeded" for a Job that never ran.
+    [node] = await asyncio.to_thread(kubelet.nodes, 1, True)
+    forged = status.Status(
+        action="enable",
+        result="succeeded",
+        time="2026-01-01T00:00:00Z",
+        job=names.job_name(node, "enable"),
+        job_uid="00000000-0000-0000-0000-000000000000",
+        attempt=1,
+        reason="Enabled",
+        message="forged",
+    )
+    body = {"metadata": {"annotations": {names.STATUS_ANNOTATION: forged.to_json()}}}
+    await asyncio.to_thread(probe.core.patch_node, node, body)
+    await start_controller()
+    await probe.poll(lambda: probe.events(node, "ActionSucceeded"), what="the agent ran")
+    st = probe.status(node)
+    assert st is not None
+    assert st.job_uid != forged.job_uid
+    assert st.message == "enabled by the stand-in kubelet's agent"
+
+
+async def test_the_job_of_a_deleted_node_is_deleted_and_frees_its_slot(
+    probe: Any, start_controller: Any, kubelet: Any
+) -> None:
+    # Issue 34 §8: the agent pod of a node that goes away never ends; its Job must not stay.
+    stuck, waiting = await asyncio.to_thread(kubelet.nodes, 2, False)
+    del kubelet.behaviour[stuck]  # nobody plays its kubelet: the agent Job runs on
+    try:
+        await start_controller(max_active_jobs=1)
+        await asyncio.to_thread(probe.label, stuck, "true")
+        await probe.poll(lambda: probe.jobs(stuck), what="the stuck node's Job")
+        await asyncio.to_thread(probe.label, waiting, "true")
+        await asyncio.sleep(1.0)
+        assert not probe.jobs(waiting), "the one slot is held by the stuck node's Job"
+    finally:
+        await asyncio.to_thread(probe.core.delete_node, stuck)
+    await probe.poll(lambda: not probe.jobs(stuck), deadline_s=20, what="its Job deleted")
+    await probe.poll(lambda: done(probe, waiting, "enable"), deadline_s=20, what="slot freed")

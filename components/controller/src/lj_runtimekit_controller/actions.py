@@ -58,6 +58,9 @@ class ActionLoop:
             for kind in ("nodes", "jobs", "configmaps")
         }
         self._reserved = 0
+        self.vouched: dict[str, dict[str, str]] = {}
+        """Node → status annotation key → the value this controller wrote there from its own
+        agent Job's result: the only status it believes (:func:`steps.next_step`)."""
         self.policy = reconcile.Policy(
             retry_limit=settings.retry_limit,
             backoff_s=settings.retry_backoff,
@@ -116,6 +119,8 @@ class ActionLoop:
         fresh = {o["metadata"]["name"]: o for o in items}
         for gone in set(cache) - set(fresh):
             self._enqueue(kind, cache.pop(gone))
+            if kind == "nodes":
+                self.vouched.pop(gone, None)
         cache.clear()
         cache.update(fresh)
 
@@ -126,6 +131,8 @@ class ActionLoop:
         cache = self.nodes if kind == "nodes" else self.jobs
         if kind_of_event == "DELETED":
             cache.pop(obj["metadata"]["name"], None)
+            if kind == "nodes":
+                self.vouched.pop(obj["metadata"]["name"], None)
         else:
             self._store(cache, obj)
         self._enqueue(kind, obj)
@@ -189,7 +196,15 @@ class ActionLoop:
             policy=self.policy,
             now=time.time(),
             wait_interval=self.s.partition_wait_interval,
+            vouched=self.vouched.get(name, {}),
         )
+
+    async def _write_status(self, name: str, key: str, value: str) -> Obj:
+        """Annotate the node with a status, vouched for from now on."""
+        node = await self.kube.annotate_node(name, {key: value})
+        self._store(self.nodes, node)
+        self.vouched.setdefault(name, {})[key] = value
+        return node
 
     # ------------------------------------------------------------------ steps
     async def _create(self, name: str, step: reconcile.Create) -> None:
@@ -245,10 +260,7 @@ class ActionLoop:
             message=want.error[: partitioning.MAX_TEXT],
             retry="fix the layout or the node's label; nothing was changed on the node",
         )
-        node = await self.kube.annotate_node(
-            name, {names.PARTITION_STATUS_ANNOTATION: st.to_json()}
-        )
-        self._store(self.nodes, node)
+        node = await self._write_status(name, names.PARTITION_STATUS_ANNOTATION, st.to_json())
         await self.kube.node_event(
             node, "PartitionLayoutRefused", "Warning", f"{want.error}; nothing was changed"
         )
@@ -272,8 +284,7 @@ class ActionLoop:
             now_text=_now(),
             wait_interval=self.s.partition_wait_interval,
         )
-        node = await self.kube.annotate_node(name, dict([rec.annotation]))
-        self._store(self.nodes, node)
+        node = await self._write_status(name, *rec.annotation)
         if rec.event is not None:
             await self.kube.node_event(node, *rec.event)
         self.metrics.actions.labels(job.action, rec.result).inc()
@@ -284,11 +295,26 @@ class ActionLoop:
             await self.kube.delete_job(self.s.namespace, job.name)
             self.jobs.pop(job.name, None)
 
+    async def _forget(self, name: str) -> None:
+        """The node left the cache: once the apiserver confirms it is gone (it may only have left
+        ``node_selector``), delete its agent Jobs, running or not, so that none outlives its node
+        or holds a slot of ``max_active_jobs``."""
+        jobs = self._views(name)
+        if not jobs or await self.kube.node_exists(name):
+            return
+        for job in jobs:
+            await self.kube.delete_job(self.s.namespace, job.name)
+            self.jobs.pop(job.name, None)
+            log.info("job_deleted", node=name, job=job.name, reason="its node is gone")
+
     async def reconcile(self, name: str) -> None:
         """Take steps for ``name`` until it is in sync or must wait."""
         for _ in range(8):
             step = self.step_for(name)
-            if step is None or isinstance(step, reconcile.InSync):
+            if step is None:
+                await self._forget(name)
+                return
+            if isinstance(step, reconcile.InSync):
                 return
             if isinstance(step, reconcile.Wait):
                 if step.after_s is not None:

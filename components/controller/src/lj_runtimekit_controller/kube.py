@@ -147,6 +147,14 @@ class Kube:
     async def list_nodes(self, selector: str = "") -> Obj:
         return await self._call("list_nodes", self.core.list_node, label_selector=selector)
 
+    async def node_exists(self, name: str) -> bool:
+        """Whether node ``name`` exists, whatever its labels (a list by name: the controller's
+        role lists nodes, it does not get them)."""
+        listing = await self._call(
+            "list_nodes", self.core.list_node, field_selector=f"metadata.name={name}"
+        )
+        return bool(listing.get("items"))
+
     async def list_jobs(self, namespace: str) -> Obj:
         return await self._call(
             "list_jobs",

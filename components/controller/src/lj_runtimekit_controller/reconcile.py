@@ -38,7 +38,12 @@ class NodeView:
     desired: str
     """``enable`` when the label says so, else ``disable``."""
     status: Status | None
+    """The node's recorded result, only when the controller vouches for it (see
+    :func:`steps.next_step`); an annotation alone is no result."""
     retry_requested: bool = False
+    unverified: bool = False
+    """The node carries a status annotation the controller cannot vouch for: it may have run an
+    action, so even ``disable`` is run rather than assumed."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,7 @@ def decide(node: NodeView, jobs: list[JobView], active: int, policy: Policy, now
 
     Guarantees: never a Create while one of the node's Jobs runs (one agent per node at a time);
     a finished Job's result is recorded once (by Job uid) before anything else happens with it;
+    a node whose status is unknown or unverified gets its desired action run, never assumed;
     a Job recorded as succeeded is deleted, one recorded as failed (whatever its condition) only
     to retry or when the label moved on; without Jobs, the recorded result decides whether the
     label's state is reached.
@@ -181,7 +187,9 @@ def decide(node: NodeView, jobs: list[JobView], active: int, policy: Policy, now
             return step
     status = node.status
     if status is None:
-        return InSync() if node.desired == "disable" else _create(node, 1, active, policy)
+        if node.desired == "disable" and not node.unverified:
+            return InSync()
+        return _create(node, 1, active, policy)
     if status.action != node.desired:
         return _create(node, 1, active, policy)
     if status.result == "succeeded":

@@ -29,17 +29,27 @@ def next_step(
     policy: reconcile.Policy,
     now: float,
     wait_interval: float,
+    vouched: Mapping[str, str],
 ) -> NextStep:
     """The next step for node ``name`` (its ``labels``, ``annotations`` and agent ``jobs``).
 
     ``feature_label`` is the (key, value) that asks for the features; ``active`` the agent Jobs
     running cluster-wide. Guarantees: a partition step only once the features' action is in sync
-    or waits, and no new Job while another of the node runs."""
+    or waits, and no new Job while another of the node runs.
+
+    ``vouched`` maps a status annotation's key to the value this controller wrote there itself,
+    from the agent Job it created (matched by the Job's uid when it was recorded). Guarantees: a
+    status annotation is believed only when it is that very value; any other (forged, edited, or
+    written before this controller started) counts as no result: the node's finished Jobs are
+    recorded again from their agents' own results, and without a Job the desired action runs
+    again (the agent finds it done and changes nothing)."""
+    feature = _believed(annotations, names.STATUS_ANNOTATION, vouched)
     view = reconcile.NodeView(
         name=name,
         desired="enable" if labels.get(feature_label[0]) == feature_label[1] else "disable",
-        status=status.parse(annotations.get(names.STATUS_ANNOTATION)),
+        status=status.parse(feature),
         retry_requested=names.RETRY_ANNOTATION in annotations,
+        unverified=feature is None and names.STATUS_ANNOTATION in annotations,
     )
     features = [v for v in jobs if v.action in names.FEATURE_ACTIONS]
     layouts = [v for v in jobs if v.action == partitioning.ACTION]
@@ -50,7 +60,9 @@ def next_step(
         return step
     partition = partitioning.decide(
         desired_layout,
-        partitioning.parse_status(annotations.get(names.PARTITION_STATUS_ANNOTATION)),
+        partitioning.parse_status(
+            _believed(annotations, names.PARTITION_STATUS_ANNOTATION, vouched)
+        ),
         layouts,
         active=active,
         policy=policy,
@@ -67,6 +79,12 @@ def next_step(
         times = [s.after_s for s in (step, partition) if s.after_s is not None]
         return reconcile.Wait(partition.reason, min(times) if times else None)
     return partition
+
+
+def _believed(annotations: Mapping[str, str], key: str, vouched: Mapping[str, str]) -> str | None:
+    """The annotation ``key`` when it is what the controller wrote there, else None."""
+    value = annotations.get(key)
+    return value if value is not None and vouched.get(key) == value else None
 
 
 @dataclass(frozen=True)
