@@ -9,9 +9,7 @@ clear log.
 
 from __future__ import annotations
 
-import errno
 import os
-import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -200,27 +198,6 @@ class RuntimeClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    def listening(self, method: str) -> None:
-        """Fail at once, naming the socket, when nothing listens on it (missing, or a file no
-        Runtime serves): the calls a kubelet waits on pass ``wait_for_ready``, which would wait
-        out the whole deadline for a Runtime that is not there. A Runtime that is there but slow
-        still gets the deadline.
-
-        One non-blocking connect: it never waits (a full backlog reads as there)."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            probe.setblocking(False)
-            try:
-                code = probe.connect_ex(self.path)
-            except OSError:
-                return  # a path the probe cannot try (too long): gRPC's own error says it
-        if code in (0, errno.EAGAIN, errno.EINPROGRESS):
-            return
-        why = "is missing" if code == errno.ENOENT else f"refuses connections ({os.strerror(code)})"
-        raise RuntimeUnavailable(
-            f"Runtime socket {self.path} {why}: is the Runtime service running? "
-            f"(DeviceService.{method} not sent)"
-        )
-
     def _unavailable(self, method: str, e: grpc.aio.AioRpcError) -> RuntimeUnavailable:
         where = self.path if os.path.exists(self.path) else f"{self.path} (missing)"
         return RuntimeUnavailable(
@@ -281,7 +258,6 @@ class RuntimeClient:
             core_percent=core_percent,
             memory_bytes=memory_bytes,
         )
-        self.listening("Allocate")
         try:
             # wait_for_ready: a Runtime restarting (an upgrade window) is waited for, within the
             # timeout, instead of failing the admission at once while the channel reconnects
@@ -357,7 +333,6 @@ def retrying(what: str) -> AsyncRetrying:
 
 async def release(client: RuntimeClient, allocation_id: str) -> int:
     """Free one allocation (unknown ids are not an error); how many were freed."""
-    client.listening("Release")
     try:
         r = await client._stub.Release(
             device_pb2.ReleaseRequest(allocation_id=allocation_id),
@@ -371,7 +346,6 @@ async def release(client: RuntimeClient, allocation_id: str) -> int:
 
 async def allocations(client: RuntimeClient) -> list[Allocation]:
     """Every live allocation on the node."""
-    client.listening("ListAllocations")
     try:
         r = await client._stub.ListAllocations(
             device_pb2.ListAllocationsRequest(), timeout=client.timeout, wait_for_ready=True
@@ -391,7 +365,6 @@ async def update_owner(
         pod=device_pb2.PodRef(namespace=pod[0], name=pod[1], uid=pod[2]),
         container=container,
     )
-    client.listening("UpdateAllocationOwner")
     try:
         r = await client._stub.UpdateAllocationOwner(
             req, timeout=client.timeout, wait_for_ready=True
