@@ -144,7 +144,7 @@ async def test_a_runtime_failure_at_a_shared_allocate_shows_on_the_pod(
     pod = _pod({ASSIGNMENT: _assignment()})
     client, shake = _handshake(runtime_sim, [pod], events, socket_dir=str(kubelet_dir))
     try:
-        with pytest.raises(DevicePluginError, match="device-daemon.sock"):
+        with pytest.raises(DevicePluginError, match=r"device-daemon\.sock"):
             await shake.allocate(NAMES.gpu_core, CORE_UNITS)
     finally:
         await client.close()
