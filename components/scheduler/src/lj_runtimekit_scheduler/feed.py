@@ -1,5 +1,7 @@
-"""The feed: nodes, NodeDevices and pods into the state and the queue, and ResourceSlices and
-ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), one informer each.
+"""The feed: nodes, NodeDevices and pods into the state and the queue, ResourceSlices and
+ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), namespaces' labels (inter-pod
+terms' namespaceSelector) and, when the default spread constraints need them, the selectors of
+Services and pod controllers (:mod:`.workloads`), one informer each.
 
 Each kind is listed, then watched from the list's resourceVersion (``informer.py``); a closed
 stream is resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried
@@ -17,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from . import objects
+from . import objects, workloads
 from .errors import PermanentError, TemporaryError
 from .informer import Informer
 from .kube import Gone, Json, Kube
@@ -28,9 +30,17 @@ from .state import ClusterState
 
 log = structlog.get_logger("lj_runtimekit_scheduler.informer")
 
-KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims")
-OPTIONAL = ("resourceslices", "resourceclaims")
-"""Kinds a cluster may not serve: the scheduler starts without them."""
+KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims", "namespaces")
+OPTIONAL = ("resourceslices", "resourceclaims", "namespaces", *workloads.KINDS)
+"""Kinds a cluster may not serve (or an older RBAC not grant): the scheduler starts without
+them."""
+
+
+def kinds(settings: Settings) -> tuple[str, ...]:
+    """The kinds watched: the workloads only when default spread constraints may apply."""
+    spreads = any(p.name == "PodTopologySpread" for p in settings.plugins)
+    defaults = settings.spread_defaulting == "System" or bool(settings.spread_default_constraints)
+    return KINDS + (workloads.KINDS if spreads and defaults else ())
 
 
 class Informers:
@@ -61,7 +71,7 @@ class Informers:
                 resume_after_error=True,
                 log=log,
             )
-            for kind in KINDS
+            for kind in kinds(settings)
         }
         self.synced = {k: i.synced for k, i in self.informers.items()}
         self._handlers: dict[str, Callable[[str, Json], None]] = {
@@ -70,6 +80,8 @@ class Informers:
             "pods": self._pod,
             "resourceslices": self._slice,
             "resourceclaims": self._claim,
+            "namespaces": self._namespace,
+            **{k: partial(self._workload, k) for k in workloads.KINDS},
         }
 
     @property
@@ -115,6 +127,10 @@ class Informers:
             seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.dra.claims if u not in seen]:
                 self.state.set_claim(None, uid)
+        elif kind == "namespaces":
+            self.state.namespace_labels.clear()
+        elif kind in workloads.KINDS:
+            self.state.workloads.clear(kind)
 
     def _handle(self, kind: str, ev_type: str, obj: Json) -> None:
         try:
@@ -155,6 +171,27 @@ class Informers:
             self.state.set_claim(obj)
         self._changed()
 
+    def _namespace(self, ev_type: str, obj: Json) -> None:
+        name = obj["metadata"]["name"]
+        if ev_type == "DELETED":
+            self.state.namespace_labels.pop(name, None)
+        else:
+            raw = obj["metadata"].get("labels") or {}
+            if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+                raise ValueError(f"namespace {name}: labels are not a map of strings")
+            if self.state.namespace_labels.get(name) == raw:
+                return
+            self.state.namespace_labels[name] = raw
+        self._changed()
+
+    def _workload(self, kind: str, ev_type: str, obj: Json) -> None:
+        meta = obj["metadata"]
+        ns, name = str(meta.get("namespace", "default")), str(meta["name"])
+        if ev_type == "DELETED":
+            self.state.workloads.delete(kind, ns, name)
+        else:
+            self.state.workloads.put(kind, ns, name, workloads.selector_of(kind, obj))
+
     def _pod(self, ev_type: str, obj: Json) -> None:
         pod = objects.pod(obj, self.settings.resources)
         if ev_type == "DELETED":
@@ -171,11 +208,17 @@ class Informers:
             return
         self.queue.delete(pod.uid)
         held, was_pending = pod.uid in self.state.pods, self.state.is_pending(pod.uid)
+        assumed = pod.uid in self.state.assumed
         if (edited := self.state.observe_pod(pod)) is not None:
             msg = edited.message()
             log.warning("gpu_assignment_edited", pod=pod.key, node=pod.node_name, why=msg)
             if self.recorder is not None:
                 self.recorder.event(pod, "Warning", "GpuAssignmentEdited", msg)
+        # a pod bound (seen first, or our assumption confirmed): pods whose required pod
+        # affinity waits for one like it may fit now (kube-scheduler's queueing hint)
+        placed = (not held or assumed) and pod.uid in self.state.pods
+        if placed and self.queue.pod_placed(time.monotonic()):
+            self.poke()
         if held and pod.uid not in self.state.pods:
             self._changed()  # a pod finished: its resources are free again
         elif was_pending and not self.state.is_pending(pod.uid):
@@ -190,4 +233,4 @@ class Informers:
 
 
 def tasks(inf: Informers) -> dict[str, Any]:
-    return {f"informer-{k}": inf.run(k) for k in KINDS}
+    return {f"informer-{k}": inf.run(k) for k in inf.informers}

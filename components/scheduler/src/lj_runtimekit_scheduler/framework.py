@@ -180,6 +180,14 @@ class ClaimWriter(Protocol):
     async def delete_claim(self, namespace: str, name: str) -> None: ...
 
 
+def cross_node(plugin: object) -> bool:
+    """Whether a plugin's Filter verdict or Score on a node depends on pods on *other* nodes
+    (it says so with ``CROSS_NODE = True``, as InterPodAffinity and PodTopologySpread do), or
+    on the set of feasible nodes (it has a PreScore). The Profile never remembers such a
+    plugin's verdict or score across cycles: a pod landing anywhere may change it."""
+    return getattr(plugin, "CROSS_NODE", False) is True or isinstance(plugin, PreScorePlugin)
+
+
 def normalize_max(scores: dict[str, int]) -> dict[str, int]:
     """Scale to 0-100 by the best node (kube-scheduler's DefaultNormalizeScore)."""
     top = max(scores.values(), default=0)
@@ -201,7 +209,7 @@ def feasible_to_find(nodes: int) -> int:
 Scores = tuple[int, ...]
 Verdict = tuple[str | None, Scores]
 """One node for one pod shape: the first failing Filter's reason (None: feasible) and the raw
-score of every Score plugin, in profile order."""
+score of every Score plugin that is not :func:`cross_node`, in profile order."""
 
 
 @dataclass
@@ -209,6 +217,10 @@ class Walk:
     """One cycle's pass over the nodes."""
 
     filters: list[Any]
+    """This cycle's Filter plugins whose verdict depends on the node alone (remembered)."""
+    cross: list[Any]
+    """This cycle's :func:`cross_node` Filter plugins: run on every node that passes the
+    others, after them, in every cycle."""
     shape: int
     feasible: list[NodeInfo] = field(default_factory=list)
     raw: list[Scores] = field(default_factory=list)
@@ -253,6 +265,10 @@ class Profile:
         self.post_filter = [p for p, _ in plugins if isinstance(p, PostFilterPlugin)]
         self.pre_score = [p for p, _ in plugins if isinstance(p, PreScorePlugin)]
         self.score = [(p, w) for p, w in plugins if isinstance(p, ScorePlugin) and w > 0]
+        self._cross = {p.NAME for p, _ in plugins if cross_node(p)}
+        """Names of the :func:`cross_node` plugins."""
+        self._remembered = [k for k, (p, _) in enumerate(self.score) if p.NAME not in self._cross]
+        """Indices in :attr:`score` of the plugins whose raw score is remembered per node."""
         self.reserve = [p for p, _ in plugins if isinstance(p, ReservePlugin)]
         self.permit = [p for p, _ in plugins if isinstance(p, PermitPlugin)]
         self.pre_bind = [p for p, _ in plugins if isinstance(p, PreBindPlugin)]
@@ -280,29 +296,27 @@ class Profile:
 
     def _scores(self, cs: CycleState, pod: Pod, info: NodeInfo, spent: list[float]) -> Scores:
         out = []
-        for k, (sp, _) in enumerate(self.score):
+        for k in self._remembered:
             t0 = time.perf_counter()
-            out.append(sp.score(cs, pod, info))
+            out.append(self.score[k][0].score(cs, pod, info))
             spent[k] += time.perf_counter() - t0
         return tuple(out)
 
     def _evaluate(
         self, cs: CycleState, pod: Pod, info: NodeInfo, filters: list[Any], spent: list[float]
     ) -> Verdict:
-        """The Filter chain on one node, then (when it passes) every Score plugin."""
+        """The node-local Filter chain on one node, then (when it passes) the remembered
+        Score plugins."""
         for f in filters:
             st = f.filter(cs, pod, info)
             if not st.ok:
                 return (f"{f.NAME}: {st.reason}", ())
-        return (None, self._scores(cs, pod, info, spent) if not self.pre_score else ())
+        return (None, self._scores(cs, pod, info, spent))
 
     def _verdict(
         self, cs: CycleState, pod: Pod, info: NodeInfo, walk: Walk, spent: list[float]
     ) -> Verdict:
         name = info.node.name
-        if self.pre_score:  # their state is per cycle: nothing is remembered
-            walk.fresh.add(name)
-            return self._evaluate(cs, pod, info, walk.filters, spent)
         known = self._memo.get(name)
         if known is None or known[0] is not info or known[1] != info.version:
             # a node removed and added again is a new NodeInfo whose version starts over
@@ -312,6 +326,14 @@ class Profile:
             verdict = known[2][walk.shape] = self._evaluate(cs, pod, info, walk.filters, spent)
             walk.fresh.add(name)
         return verdict
+
+    @staticmethod
+    def _cross_filters(cs: CycleState, pod: Pod, info: NodeInfo, cross: list[Any]) -> str | None:
+        for f in cross:
+            st = f.filter(cs, pod, info)
+            if not st.ok:
+                return f"{f.NAME}: {st.reason}"
+        return None
 
     def _walk(
         self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None, walk: Walk
@@ -331,6 +353,8 @@ class Profile:
             info = infos[(start + i) % len(infos)]
             seen += 1
             reason, scores = self._verdict(cs, pod, info, walk, spent)
+            if reason is None:
+                reason = self._cross_filters(cs, pod, info, walk.cross)
             if reason is not None:
                 walk.reasons[info.node.name] = reason
                 continue
@@ -342,8 +366,8 @@ class Profile:
             self._next_start = (start + seen) % len(infos)
         self._timed("Filter", "all", t0)
         if self.sampled:
-            for k, (sp, _) in enumerate(self.score):
-                self.observe("Score", sp.NAME, spent[k])
+            for k in self._remembered:  # the cross-node ones are timed where they run
+                self.observe("Score", self.score[k][0].NAME, spent[k])
 
     def find_node(
         self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None = None
@@ -355,7 +379,10 @@ class Profile:
         (:func:`shape`), so a run of same-shaped pods — a Job's or a Deployment's replicas —
         evaluates only the nodes that changed since the last one. The winner is evaluated again
         in this cycle when its verdict was remembered, so plugins that keep per-cycle state
-        (GpuFit's device choice) have it.
+        (GpuFit's device choice) have it. Plugins whose verdict depends on pods of other nodes
+        (:func:`cross_node`) are never remembered: their Filter runs, after the node's own
+        ones, on every node those pass, and their Score on every feasible node, each cycle,
+        from what their PreFilter/PreScore computed once for the cycle.
         """
         self._cycles += 1
         self.sampled = (self._cycles - 1) % self.sample_every == 0  # first cycle sampled
@@ -368,12 +395,14 @@ class Profile:
                 return Result(None, {"*": f"{p.NAME}: {st.reason}"}, st.unresolvable)
             if st.skip:
                 skipped.add(p.NAME)
-        filters = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
+        active = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
+        filters = [f for f in active if f.NAME not in self._cross]
+        cross = [f for f in active if f.NAME in self._cross]
         key = shape(pod)
         if len(self._shapes) > 10_000:  # many distinct shapes: start over rather than grow
             self._shapes.clear()
             self._memo.clear()
-        walk = Walk(filters, self._shapes.setdefault(key, len(self._shapes)))
+        walk = Walk(filters, cross, self._shapes.setdefault(key, len(self._shapes)))
         self._walk(cs, pod, state, names, walk)
         feasible = walk.feasible
         if not feasible:
@@ -382,23 +411,38 @@ class Profile:
             return Result(None, walk.reasons)
         best = feasible[0].node.name
         if len(feasible) > 1 and self.score:
-            raw = walk.raw
-            if self.pre_score:
-                for ps in self.pre_score:
-                    ps.pre_score(cs, pod, feasible)
-                spent = [0.0] * len(self.score)
-                raw = [self._scores(cs, pod, info, spent) for info in feasible]
-            total = dict.fromkeys((i.node.name for i in feasible), 0)
-            for k, (_, weight) in enumerate(self.score):
-                scores = {info.node.name: r[k] for info, r in zip(feasible, raw, strict=True)}
-                normalize = self._normalize[k]
-                norm = normalize(scores) if normalize else scores
-                for n, v in norm.items():
-                    total[n] += weight * v
-            best = max(total.items(), key=lambda kv: (kv[1], kv[0]))[0]
+            best = self._best(cs, pod, walk)
         if best not in walk.fresh:
             self._evaluate(cs, pod, state.nodes[best], filters, [0.0] * len(self.score))
         return Result(best, walk.reasons)
+
+    def _best(self, cs: CycleState, pod: Pod, walk: Walk) -> str:
+        """PreScore, the cross-node Scores, Normalize and the weighted sum over the feasible
+        nodes: the winner (ties: the node name)."""
+        feasible = walk.feasible
+        skipped: set[str] = set()
+        for ps in self.pre_score:
+            t0 = time.perf_counter()
+            if ps.pre_score(cs, pod, feasible).skip:
+                skipped.add(ps.NAME)
+            self._timed("PreScore", ps.NAME, t0)
+        position = {k: i for i, k in enumerate(self._remembered)}
+        total = dict.fromkeys((i.node.name for i in feasible), 0)
+        for k, (sp, weight) in enumerate(self.score):
+            if sp.NAME in skipped:
+                continue
+            if k in position:
+                i = position[k]
+                scores = {info.node.name: r[i] for info, r in zip(feasible, walk.raw, strict=True)}
+            else:
+                t0 = time.perf_counter()
+                scores = {info.node.name: sp.score(cs, pod, info) for info in feasible}
+                self._timed("Score", sp.NAME, t0)
+            normalize = self._normalize[k]
+            norm = normalize(scores) if normalize else scores
+            for n, v in norm.items():
+                total[n] += weight * v
+        return max(total.items(), key=lambda kv: (kv[1], kv[0]))[0]
 
     def reserve_all(self, cs: CycleState, pod: Pod, node: str) -> Status:
         done: list[ReservePlugin] = []

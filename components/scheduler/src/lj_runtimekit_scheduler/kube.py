@@ -31,6 +31,11 @@ PATHS = {
     "nodedevices": "/apis/lj-runtimekit.aliyun.com/v1/nodedevices",
     "resourceslices": "/apis/resource.k8s.io/v1/resourceslices",
     "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
+    "namespaces": "/api/v1/namespaces",
+    "services": "/api/v1/services",
+    "replicationcontrollers": "/api/v1/replicationcontrollers",
+    "replicasets": "/apis/apps/v1/replicasets",
+    "statefulsets": "/apis/apps/v1/statefulsets",
 }
 _CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 _MERGE = "application/merge-patch+json"

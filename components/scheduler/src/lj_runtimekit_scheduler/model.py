@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from .terms import NO_AFFINITY, ControllerRef, PodAffinity, SpreadConstraint
+
 CORE_PER_GPU = 100
 ASSIGNMENT_ANNOTATION = "lj-runtimekit-scheduler/gpu-assignment"
 ALLOCATED_ANNOTATION = "lj-runtimekit-device-plugin/allocated"
@@ -146,6 +148,12 @@ class Pod:
     """Features of the spec this scheduler does not honour (named in FailedScheduling)."""
     created: str = ""
     deleting: bool = False
+    affinity: PodAffinity = NO_AFFINITY
+    """Inter-pod affinity and anti-affinity (plugins/inter_pod_affinity.py)."""
+    spread: tuple[SpreadConstraint, ...] = ()
+    """topologySpreadConstraints (plugins/pod_topology_spread.py)."""
+    controller: ControllerRef | None = None
+    """Its controller, for the default spread constraints (workloads.py)."""
 
     @property
     def key(self) -> str:
@@ -161,6 +169,10 @@ class Pod:
 
     def label(self, k: str) -> str | None:
         return self._labels.get(k)
+
+    def label_map(self) -> Mapping[str, str]:
+        """The labels as a mapping, built once per pod object."""
+        return self._labels
 
     def annotation(self, k: str) -> str | None:
         return self._annotations.get(k)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from . import quantity
+from . import quantity, terms
 from .model import (
     DEFAULT_NAMES,
     RESOURCE_KINDS,
@@ -77,13 +77,6 @@ def _term(raw: Json) -> Term:
 
 def _unsupported(spec: Json) -> tuple[str, ...]:
     found = []
-    aff = spec.get("affinity") or {}
-    if aff.get("podAffinity"):
-        found.append("inter-pod affinity (spec.affinity.podAffinity)")
-    if aff.get("podAntiAffinity"):
-        found.append("inter-pod anti-affinity (spec.affinity.podAntiAffinity)")
-    if spec.get("topologySpreadConstraints"):
-        found.append("topology spread constraints (spec.topologySpreadConstraints)")
     if spec.get("resourceClaims"):
         found.append("dynamic resource allocation (spec.resourceClaims)")
     if spec.get("schedulingGroup"):
@@ -136,6 +129,7 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
         )
         for t in spec.get("tolerations") or ()
     )
+    pod_labels = meta.get("labels") or {}
     return Pod(
         uid=meta["uid"],
         namespace=meta.get("namespace", "default"),
@@ -151,12 +145,15 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
         preferred_terms=preferred,
         tolerations=tolerations,
         devices=devices,
-        labels=tuple(sorted((meta.get("labels") or {}).items())),
+        labels=tuple(sorted(pod_labels.items())),
         annotations=tuple(sorted((meta.get("annotations") or {}).items())),
         scheduling_gates=tuple(g["name"] for g in spec.get("schedulingGates") or ()),
         unsupported=_unsupported(spec),
         created=meta.get("creationTimestamp", ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        affinity=terms.pod_affinity(spec.get("affinity"), meta.get("namespace", "default")),
+        spread=terms.spread(spec.get("topologySpreadConstraints"), pod_labels),
+        controller=terms.controller(meta),
     )
 
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import __version__, cli, config, k8s_names
+from . import __version__, cli, config, k8s_names, terms
 from .errors import ConfigError
 from .model import RESOURCE_KINDS, ResourceNames
 
@@ -77,6 +77,8 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("GpuFit", 2),
     ("DraClaims", 0),
     ("AllocateHandshake", 0),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
     ("GpuTopology", 1),
     ("DefaultBinder", 0),
 )
@@ -132,6 +134,21 @@ class Settings:
         "Node labels of the network-topology levels, widest first, as a YAML list; gangs pack "
         "into the smallest domain that holds them.",
         ("network.topology/block", "network.topology/rack"),
+        kind="yaml",
+    )
+    spread_defaulting: str = _doc(
+        "Default topology spread constraints of a pod without its own that a Service, "
+        "ReplicaSet, StatefulSet or ReplicationController selects (kube-scheduler's "
+        "PodTopologySpread defaultingType): System is kube-scheduler's (hostname maxSkew 3, "
+        "zone maxSkew 5, ScheduleAnyway); List is spread_default_constraints.",
+        "System",
+        choices=("System", "List"),
+    )
+    spread_default_constraints: tuple[terms.SpreadConstraint, ...] = _doc(
+        "With spread_defaulting List: the default constraints, as a YAML list of "
+        "topologySpreadConstraints entries without labelSelector (each pod's selector comes "
+        "from the Services and controller that select it); [] gives no defaults.",
+        (),
         kind="yaml",
     )
     gang_timeout: float = _doc(
@@ -253,6 +270,11 @@ class Settings:
             raise ConfigError("scheduler_name: expected a non-empty name")
         if not self.feature_label:
             raise ConfigError("feature_label: must be a non-empty string")
+        if self.spread_defaulting == "System" and self.spread_default_constraints:
+            raise ConfigError(
+                "spread_default_constraints: only with spread_defaulting List (System is "
+                "kube-scheduler's own defaults)"
+            )
         if not k8s_names.is_dns_subdomain(self.dra_driver_name) or len(self.dra_driver_name) > 63:
             raise ConfigError(
                 f"dra_driver_name {self.dra_driver_name!r}: expected a DNS subdomain of at most "
@@ -301,6 +323,27 @@ def topology_labels(labels: Any, source: str = "topology_labels") -> tuple[str, 
     return tuple(labels)
 
 
+def spread_defaults(
+    entries: Any, source: str = "spread_default_constraints"
+) -> tuple[terms.SpreadConstraint, ...]:
+    """The List defaults: topologySpreadConstraints entries, none with a labelSelector."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{source}: expected a list of topologySpreadConstraints entries")
+    out = []
+    for i, e in enumerate(entries):
+        where = f"{source}[{i}]"
+        if isinstance(e, Mapping) and e.get("labelSelector") is not None:
+            raise ConfigError(
+                f"{where}: a default constraint has no labelSelector (each pod's is deduced "
+                "from the Services and controller that select it)"
+            )
+        try:
+            out.append(terms.constraint(dict(e) if isinstance(e, Mapping) else e, {}, where))
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+    return tuple(out)
+
+
 def parser() -> argparse.ArgumentParser:
     return cli.parser(
         PROG,
@@ -343,6 +386,8 @@ def load_noting(
         values["plugins"] = plugins(values["plugins"])
     if "topology_labels" in values:
         values["topology_labels"] = topology_labels(values["topology_labels"])
+    if "spread_default_constraints" in values:
+        values["spread_default_constraints"] = spread_defaults(values["spread_default_constraints"])
     try:
         return Settings(**values), old_notes + notes
     except ConfigError as e:

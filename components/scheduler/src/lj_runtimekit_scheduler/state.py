@@ -7,6 +7,7 @@ before the binding comes back through the watch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import assignment, dra
@@ -23,6 +24,8 @@ from .model import (
     ResourceNames,
     Resources,
 )
+from .placed import PlacedPods
+from .workloads import Workloads
 
 
 @dataclass(frozen=True)
@@ -113,18 +116,32 @@ class ClusterState:
         """uid → the edited annotation value already reported (one Event per edit)."""
         self.generation = 0
         """Bumped on every change; the queue requeues unschedulable pods when it moves."""
+        self.placed = PlacedPods()
+        """The pods of :attr:`pods` indexed for the cross-node plugins (InterPodAffinity,
+        PodTopologySpread)."""
+        self.node_epoch = 0
+        """Bumped when a node comes, goes, or changes its labels or taints (what decides which
+        topology domains a pod may spread over), not on a status update."""
+        self.namespace_labels: dict[str, Mapping[str, str]] = {}
+        """namespace → its labels (inter-pod terms' namespaceSelector)."""
+        self.workloads = Workloads()
+        """Selectors of Services and pod controllers (default spread constraints)."""
 
     # -- nodes and devices
     def set_node(self, node: Node) -> None:
         info = self.nodes.get(node.name)
         if info is None:
             info = self.nodes[node.name] = self._new_info(node)
+            self.node_epoch += 1
+        elif info.node.labels != node.labels or info.node.taints != node.taints:
+            self.node_epoch += 1
         info.node = node
         info.version += 1
         self.generation += 1
 
     def remove_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self.node_epoch += 1
         self.generation += 1
 
     def _new_info(self, node: Node) -> NodeInfo:
@@ -213,12 +230,14 @@ class ClusterState:
             info = self.nodes[node] = self._new_info(Node(node, ready=False))
         self._hold(info, pod, choice, +1)
         self.pods[pod.uid] = (pod, node, choice)
+        self.placed.add(pod, node)
         if (gid := gang_of(pod)) is not None:
             self.gangs.setdefault(gid, {})[pod.uid] = node
         self.generation += 1
 
     def remove_pod(self, uid: str, keep_assumed: bool = False) -> None:
         held = self.pods.pop(uid, None)
+        self.placed.remove(uid)
         if not keep_assumed:
             self.assumed.pop(uid, None)
             self.written.pop(uid, None)

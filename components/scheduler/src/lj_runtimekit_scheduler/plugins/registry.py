@@ -18,12 +18,14 @@ from . import (
     dra_claims,
     gpu_fit,
     gpu_topology,
+    inter_pod_affinity,
     node_affinity,
     node_name,
     node_ports,
     node_ready,
     node_resources_fit,
     node_unschedulable,
+    pod_topology_spread,
     scheduling_gates,
     taint_toleration,
     unsupported_features,
@@ -37,6 +39,8 @@ class PluginArgs:
     gpu_fit: gpu_fit.Args = field(default_factory=gpu_fit.Args)
     node_resources_fit: node_resources_fit.Args = field(default_factory=node_resources_fit.Args)
     allocate_handshake: allocate_handshake.Args = field(default_factory=allocate_handshake.Args)
+    pod_topology_spread: pod_topology_spread.Args = field(default_factory=pod_topology_spread.Args)
+    inter_pod_affinity: inter_pod_affinity.Args = field(default_factory=inter_pod_affinity.Args)
 
 
 Factory = Callable[[PluginArgs, ClusterState], Plugin]
@@ -58,6 +62,12 @@ REGISTRY: Mapping[str, Factory] = {
         args.allocate_handshake, state
     ),
     dra_claims.NAME: lambda args, state: dra_claims.new(state),
+    pod_topology_spread.NAME: lambda args, state: pod_topology_spread.new(
+        args.pod_topology_spread, state
+    ),
+    inter_pod_affinity.NAME: lambda args, state: inter_pod_affinity.new(
+        args.inter_pod_affinity, state
+    ),
     gpu_topology.NAME: lambda args, state: gpu_topology.new(),
     default_binder.NAME: lambda args, state: default_binder.new(),
 }
