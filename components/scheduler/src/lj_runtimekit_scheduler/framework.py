@@ -219,8 +219,9 @@ class Walk:
     filters: list[Any]
     """This cycle's Filter plugins whose verdict depends on the node alone (remembered)."""
     cross: list[Any]
-    """This cycle's :func:`cross_node` Filter plugins: run on every node that passes the
-    others, after them, in every cycle."""
+    """This cycle's :func:`cross_node` Filter plugins: run on every node walked, in every
+    cycle; a node they reject gets the node-local verdict only when it matters (no node is
+    feasible), so its reason is the first failing Filter's in profile order."""
     shape: int
     feasible: list[NodeInfo] = field(default_factory=list)
     raw: list[Scores] = field(default_factory=list)
@@ -327,14 +328,6 @@ class Profile:
             walk.fresh.add(name)
         return verdict
 
-    @staticmethod
-    def _cross_filters(cs: CycleState, pod: Pod, info: NodeInfo, cross: list[Any]) -> str | None:
-        for f in cross:
-            st = f.filter(cs, pod, info)
-            if not st.ok:
-                return f"{f.NAME}: {st.reason}"
-        return None
-
     def _walk(
         self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None, walk: Walk
     ) -> None:
@@ -349,12 +342,23 @@ class Profile:
             infos = [state.nodes[n] for n in names if n in state.nodes]
             want, start = len(infos), 0
         seen = 0
+        # A node a cross-node Filter rejects (one lookup from its PreFilter) is not evaluated
+        # further unless no node is feasible: then the reasons must be the first failing
+        # Filter's in profile order, the node's own Filters first.
+        deferred: list[tuple[NodeInfo, str]] = []
         for i in range(len(infos)):
             info = infos[(start + i) % len(infos)]
             seen += 1
+            crossed = None
+            for f in walk.cross:
+                st = f.filter(cs, pod, info)
+                if not st.ok:
+                    crossed = f"{f.NAME}: {st.reason}"
+                    break
+            if crossed is not None:
+                deferred.append((info, crossed))
+                continue
             reason, scores = self._verdict(cs, pod, info, walk, spent)
-            if reason is None:
-                reason = self._cross_filters(cs, pod, info, walk.cross)
             if reason is not None:
                 walk.reasons[info.node.name] = reason
                 continue
@@ -362,6 +366,12 @@ class Profile:
             walk.raw.append(scores)
             if len(walk.feasible) >= want:
                 break
+        for info, crossed in deferred:
+            if walk.feasible:
+                walk.reasons[info.node.name] = crossed
+            else:
+                reason, _ = self._verdict(cs, pod, info, walk, spent)
+                walk.reasons[info.node.name] = reason or crossed
         if names is None and infos:
             self._next_start = (start + seen) % len(infos)
         self._timed("Filter", "all", t0)

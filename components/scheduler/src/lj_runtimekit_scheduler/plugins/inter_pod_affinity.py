@@ -59,6 +59,25 @@ class FilterState:
     affinity: dict[Pair, int] = field(default_factory=dict)
     anti: dict[Pair, int] = field(default_factory=dict)
     existing: dict[Pair, int] = field(default_factory=dict)
+    hits: tuple[
+        tuple[tuple[str, frozenset[str]], ...],
+        tuple[tuple[str, frozenset[str]], ...],
+        tuple[tuple[str, frozenset[str]], ...],
+    ] = ((), (), ())
+    """For :attr:`affinity`, :attr:`anti` and :attr:`existing`: each topology key with the
+    values counted above 0 (what Filter looks up, one set per key)."""
+
+    def finish(self) -> None:
+        """Fill :attr:`hits` from the counts."""
+
+        def by_key(counts: dict[Pair, int]) -> tuple[tuple[str, frozenset[str]], ...]:
+            keys: dict[str, set[str]] = {}
+            for (k, v), n in counts.items():
+                if n > 0:
+                    keys.setdefault(k, set()).add(v)
+            return tuple((k, frozenset(vs)) for k, vs in keys.items())
+
+        self.hits = (by_key(self.affinity), by_key(self.anti), by_key(self.existing))
 
 
 _FILTER: Slot[FilterState] = Slot("InterPodAffinity/filter")
@@ -132,30 +151,39 @@ def filter_state(cluster: Cluster, pod: Pod) -> FilterState:
     for term, counts in placed.carried(REQUIRED_ANTI).items():
         if term.matches(pod.namespace, pod.label_map(), ns_labels):
             cluster.add(fs.existing, term.topology_key, counts)
+    fs.finish()
     return fs
+
+
+_AFFINITY = fail(AFFINITY_MISMATCH, unresolvable=True)
+_ANTI = fail(ANTI_AFFINITY_MISMATCH)
+_EXISTING = fail(EXISTING_ANTI_AFFINITY)
 
 
 def fits(fs: FilterState, labels: Mapping[str, str]) -> Status:
     """The Filter verdict on a node with ``labels``, in kube-scheduler's order and words."""
+    affinity, anti, existing = fs.hits
     if fs.required:
+        values = dict(affinity)
         exist = True
         for t in fs.required:
             value = labels.get(t.topology_key)
             if value is None:  # every topology key must be on the node
-                return fail(AFFINITY_MISMATCH, unresolvable=True)
-            if fs.affinity.get((t.topology_key, value), 0) <= 0:
+                return _AFFINITY
+            if value not in values.get(t.topology_key, ()):
                 exist = False
         if not exist and not (not fs.affinity and fs.self_match):
-            return fail(AFFINITY_MISMATCH, unresolvable=True)
-    if fs.anti:
-        for t in fs.required_anti:
-            value = labels.get(t.topology_key)
-            if value is not None and fs.anti.get((t.topology_key, value), 0) > 0:
-                return fail(ANTI_AFFINITY_MISMATCH)
-    if fs.existing:
-        for key, value in labels.items():
-            if fs.existing.get((key, value), 0) > 0:
-                return fail(EXISTING_ANTI_AFFINITY)
+            return _AFFINITY
+    # each term's key is among the keys counted, or nothing it selects is anywhere
+    for key, hit in anti:
+        value = labels.get(key)
+        if value is not None and value in hit:
+            return _ANTI
+    # kube-scheduler looks up every (key, value) of the node; only the keys counted can hit
+    for key, hit in existing:
+        value = labels.get(key)
+        if value is not None and value in hit:
+            return _EXISTING
     return OK
 
 

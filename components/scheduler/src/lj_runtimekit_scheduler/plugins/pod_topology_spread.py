@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..framework import OK, SKIP, CycleState, Slot, Status, fail
 from ..labels import EVERYTHING
@@ -68,6 +68,20 @@ class FilterState:
     """Per constraint: value → matching pods on its eligible nodes (values with none left out)."""
     minimum: list[int]
     self_match: list[int]
+    too_full: list[tuple[str, frozenset[str]]] = field(default_factory=list)
+    """Per constraint: its key and the values whose domain is at its limit (``matching + self
+    − minimum > maxSkew``): what Filter checks, one lookup per node."""
+
+    def finish(self) -> None:
+        """Fill :attr:`too_full` from the counts."""
+        self.too_full = []
+        for c, counts, low, me in zip(
+            self.constraints, self.counts, self.minimum, self.self_match, strict=True
+        ):
+            limit = c.max_skew + low - me
+            self.too_full.append(
+                (c.topology_key, frozenset(v for v, n in counts.items() if n > limit))
+            )
 
 
 _FILTER: Slot[FilterState] = Slot("PodTopologySpread/filter")
@@ -136,14 +150,20 @@ def minimum(counts: dict[str, int], dom: Domains, min_domains: int) -> int:
     return min(counts.values())
 
 
+_MISSING = fail(MISSING_LABEL, unresolvable=True)
+_MISMATCH = fail(MISMATCH)
+
+
 def fits(fs: FilterState, labels: Mapping[str, str]) -> Status:
-    """The Filter verdict on a node with ``labels``: the first constraint it breaks."""
-    for i, c in enumerate(fs.constraints):
-        value = labels.get(c.topology_key)
+    """The Filter verdict on a node with ``labels``: the first constraint it breaks. A value
+    no pod matches (not in the counts) is at 0, within every limit: limit = maxSkew + minimum −
+    self ≥ 0 since maxSkew ≥ 1."""
+    for key, full in fs.too_full:
+        value = labels.get(key)
         if value is None:
-            return fail(MISSING_LABEL, unresolvable=True)
-        if fs.counts[i].get(value, 0) + fs.self_match[i] - fs.minimum[i] > c.max_skew:
-            return fail(MISMATCH)
+            return _MISSING
+        if value in full:
+            return _MISMATCH
     return OK
 
 
@@ -223,6 +243,7 @@ class PodTopologySpread:
             fs.counts.append(counts)
             fs.minimum.append(minimum(counts, dom, c.min_domains))
             fs.self_match.append(1 if c.selector.matches(pod.label_map()) else 0)
+        fs.finish()
         cs.write(_FILTER, fs)
         return OK
 
