@@ -965,7 +965,19 @@ def _ok(got: Reply, what: str) -> Reply:
 
 def test_scheduler_token_does_all_the_scheduler_does(rig: Rig, objs: Objects) -> None:
     s = rig.as_("scheduler")
-    for path in ("/api/v1/pods", "/api/v1/nodes", ND):
+    # pods, nodes, its inventory; namespaces (namespaceSelector) and the selectors of Services
+    # and pod controllers (default topology spread constraints, issue 35)
+    read = (
+        "/api/v1/pods",
+        "/api/v1/nodes",
+        ND,
+        "/api/v1/namespaces",
+        "/api/v1/services",
+        "/api/v1/replicationcontrollers",
+        "/apis/apps/v1/replicasets",
+        "/apis/apps/v1/statefulsets",
+    )
+    for path in read:
         _ok(s("GET", path, None, query=[("limit", 1)]), f"list {path}")
         _ok(s("GET", path, None, query=[("watch", "true"), ("timeoutSeconds", 1)]), "watch")
     decision = '{"version":"v1"}'
