@@ -23,6 +23,7 @@ from . import objects, workloads
 from .errors import PermanentError, TemporaryError
 from .informer import Informer
 from .kube import Gone, Json, Kube
+from .plugins import pod_topology_spread
 from .queue import SchedulingQueue
 from .scheduler import Recorder
 from .settings import Settings
@@ -38,8 +39,9 @@ them."""
 
 def kinds(settings: Settings) -> tuple[str, ...]:
     """The kinds watched: the workloads only when default spread constraints may apply."""
-    spreads = any(p.name == "PodTopologySpread" for p in settings.plugins)
-    defaults = settings.spread_defaulting == "System" or bool(settings.spread_default_constraints)
+    spreads = any(p.name == pod_topology_spread.NAME for p in settings.plugins)
+    system = settings.spread_defaulting == pod_topology_spread.SYSTEM
+    defaults = system or bool(settings.spread_default_constraints)
     return KINDS + (workloads.KINDS if spreads and defaults else ())
 
 

@@ -251,7 +251,8 @@ def shape(pod: Pod) -> Hashable:
 class Result:
     node: str | None
     reasons: dict[str, str]
-    """node → the first failing plugin's reason (or ``"*"`` for a pod-level reason)."""
+    """node → the first failing plugin's reason (or ``"*"`` for a pod-level reason); when a
+    node was found, a node a cross-node plugin rejected may carry that plugin's reason."""
     unresolvable: bool = False
 
 

@@ -38,7 +38,9 @@ class AffinityTerm:
     namespace_selector: Selector
     topology_key: str
 
-    def matches(self, namespace: str, pod_labels: Mapping[str, str], ns_labels: Any) -> bool:
+    def matches(
+        self, namespace: str, pod_labels: Mapping[str, str], ns_labels: Mapping[str, str] | None
+    ) -> bool:
         """Whether a pod of ``namespace`` (whose labels are ``ns_labels``) with ``pod_labels``
         is one this term selects (``AffinityTerm.Matches``)."""
         if namespace in self.namespaces or self.namespace_selector.matches(ns_labels):
