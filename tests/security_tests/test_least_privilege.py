@@ -1301,7 +1301,7 @@ def _post_as_the_plugin(rig: Rig, pod: Obj) -> None:
         cfg = aclient.Configuration()
         cfg.host = rig.admin.configuration.host
         cfg.ssl_ca_cert = rig.admin.configuration.ssl_ca_cert
-        cfg.api_key = {"authorization": f"Bearer {rig.tokens['device-plugin']}"}
+        cfg.api_key = {"BearerToken": f"Bearer {rig.tokens['device-plugin']}"}
         meta = pod["metadata"]
         async with aclient.ApiClient(cfg) as api:
             await plugin_kube.post_event(
