@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+from .errors import SchedulerError
 from .gang import gang_of
 from .gpu import Choice
 from .model import Pod
@@ -423,13 +424,17 @@ class Profile:
         return OK
 
     async def bind_all(self, cs: CycleState, pod: Pod, node: str, binder: Binder) -> Status:
-        steps: list[Callable[[], Awaitable[Status]]] = []
-        for pb in self.pre_bind:
-            steps.append(lambda pb=pb: pb.pre_bind(cs, pod, node, binder))  # type: ignore[misc]
-        for b in self.bind[:1]:
-            steps.append(lambda b=b: b.bind(cs, pod, node, binder))  # type: ignore[misc]
-        for step in steps:
-            st = await step()
+        """PreBind then Bind; the first failure (a refusing Status, or the apiserver's error a
+        plugin raised) as kube-scheduler words it: ``running Bind plugin "DefaultBinder": ...``."""
+        steps: list[tuple[str, str, Callable[..., Awaitable[Status]]]] = [
+            *(("PreBind", p.NAME, p.pre_bind) for p in self.pre_bind),
+            *(("Bind", p.NAME, p.bind) for p in self.bind[:1]),
+        ]
+        for point, name, step in steps:
+            try:
+                st = await step(cs, pod, node, binder)
+            except SchedulerError as e:
+                st = fail(str(e))
             if not st.ok:
-                return st
+                return fail(f'running {point} plugin "{name}": {st.reason}', st.unresolvable)
         return OK
