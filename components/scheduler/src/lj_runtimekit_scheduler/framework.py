@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+import structlog
+
 from .errors import SchedulerError
 from .gang import gang_of
 from .gpu import Choice
@@ -15,6 +17,7 @@ from .model import Pod
 from .state import ClusterState, NodeInfo
 
 T = TypeVar("T")
+log = structlog.get_logger("lj_runtimekit_scheduler.framework")
 
 
 class Slot(Generic[T]):
@@ -435,6 +438,10 @@ class Profile:
                 st = await step(cs, pod, node, binder)
             except SchedulerError as e:
                 st = fail(str(e))
+            except Exception as e:
+                # a plugin's bug: told on the pod and logged, never left to end the bind task
+                log.exception("plugin_failed", extension_point=point, plugin=name, pod=pod.key)
+                st = fail(f"unexpected error, see the scheduler's log: {e!r}"[:500])
             if not st.ok:
                 return fail(f'running {point} plugin "{name}": {st.reason}', st.unresolvable)
         return OK

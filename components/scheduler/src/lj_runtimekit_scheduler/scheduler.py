@@ -298,7 +298,8 @@ class Scheduler:
         try:
             st = await self.profile.bind_all(cs, pod, node, self.binder)
         except Exception as e:
-            # a plugin's bug: the pod must not stay assumed (its deadline is not set yet), unseen
+            # the framework's own bug (bind_all turns a plugin's into a Status): the pod must not
+            # stay assumed (its deadline is not set yet), unseen
             log.exception("pod_bind_crashed", pod=pod.key, node=node)
             st = fail(f"unexpected error, see the scheduler's log: {e!r}"[:500])
         if not st.ok:
