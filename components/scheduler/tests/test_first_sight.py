@@ -133,7 +133,7 @@ def test_managed_fields_name_who_set_the_suite_s_annotations() -> None:
             wrote("lj-runtimekit-device-plugin", ALLOCATED_ANNOTATION, ALLOCATION_ANNOTATION),
             wrote("kube-scheduler", ASSIGNMENT_ANNOTATION, subresource="binding"),
             {"manager": "odd", "fieldsV1": {"f:metadata": "not a map"}},
-            "not an entry",
+            cast(Any, "not an entry"),
         ],
     )["metadata"]
     assert objects.annotation_writers(meta) == (
