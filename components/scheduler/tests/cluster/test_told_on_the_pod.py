@@ -66,7 +66,8 @@ async def test_gang_members_that_disagree_on_the_size_are_told_and_placed_at_the
         ((message, _),) = events
         # the sizes known when the member was told: g0 and g1 always (they came first)
         assert "members disagree on its size (2: g0; 4: g1" in message, name
-        assert "the largest size any member gives applies (4)" in message, name
+        assert "the largest size any member gives applies" in message, name
+        assert "until that many are here (4)" in message, name
 
 
 async def test_a_gang_short_of_its_largest_size_waits_whole_and_says_why(
