@@ -266,8 +266,6 @@ class ClusterState:
         if choice is None:
             if pod.devices:
                 choice, edited = self._first_sight(pod, annotated)
-            if choice is not None:
-                self.written[pod.uid] = choice
         elif assignment.same(annotated, choice):
             self.edit_seen.pop(pod.uid, None)
         else:
@@ -287,13 +285,16 @@ class ClusterState:
         """A bound pod this scheduler did not bind (it restarted, it was just elected, another
         scheduler bound it): its decision is believed only as the Binding left it
         (:func:`assignment.believed`); else it holds what :func:`assignment.rebuilt` says, and an
-        annotation someone set is reported."""
-        if assignment.believed(pod, annotated):
+        annotation someone set is reported once per value. Only a believed decision becomes
+        :attr:`written`; the rest is worked out again at every sight, so a report of the device
+        plugin that comes later is followed."""
+        if annotated is not None and assignment.believed(pod, annotated):
+            self.written[pod.uid] = annotated
             return annotated, None
         choice = assignment.rebuilt(pod, annotated, self.names)
         raw = pod.annotation(ASSIGNMENT_ANNOTATION)
-        if raw is None:
-            return choice, None  # nothing to report: a pod some other way bound, or not ours
+        if raw is None or self.edit_seen.get(pod.uid) == raw:
+            return choice, None  # none to report (a pod bound some other way), or reported
         self.edit_seen[pod.uid] = raw
         source = REBUILT if assignment.reported(pod, self.names) else REBUILT_UNREPORTED
         return choice, Edited(choice, annotated, source, pod.writers(ASSIGNMENT_ANNOTATION))
