@@ -171,7 +171,8 @@ class Informers:
             return
         self.queue.delete(pod.uid)
         held, was_pending = pod.uid in self.state.pods, self.state.is_pending(pod.uid)
-        if (edited := self.state.observe_pod(pod)) is not None:
+        # another scheduler's pod with our annotation is counted by its requests, not told
+        if (edited := self.state.observe_pod(pod)) is not None and ours:
             msg = edited.message()
             log.warning("gpu_assignment_edited", pod=pod.key, node=pod.node_name, why=msg)
             if self.recorder is not None:

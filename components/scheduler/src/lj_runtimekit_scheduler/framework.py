@@ -8,12 +8,16 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+import structlog
+
+from .errors import SchedulerError
 from .gang import gang_of
 from .gpu import Choice
 from .model import Pod
 from .state import ClusterState, NodeInfo
 
 T = TypeVar("T")
+log = structlog.get_logger("lj_runtimekit_scheduler.framework")
 
 
 class Slot(Generic[T]):
@@ -423,13 +427,21 @@ class Profile:
         return OK
 
     async def bind_all(self, cs: CycleState, pod: Pod, node: str, binder: Binder) -> Status:
-        steps: list[Callable[[], Awaitable[Status]]] = []
-        for pb in self.pre_bind:
-            steps.append(lambda pb=pb: pb.pre_bind(cs, pod, node, binder))  # type: ignore[misc]
-        for b in self.bind[:1]:
-            steps.append(lambda b=b: b.bind(cs, pod, node, binder))  # type: ignore[misc]
-        for step in steps:
-            st = await step()
+        """PreBind then Bind; the first failure (a refusing Status, or the apiserver's error a
+        plugin raised) as kube-scheduler words it: ``running Bind plugin "DefaultBinder": ...``."""
+        steps: list[tuple[str, str, Callable[..., Awaitable[Status]]]] = [
+            *(("PreBind", p.NAME, p.pre_bind) for p in self.pre_bind),
+            *(("Bind", p.NAME, p.bind) for p in self.bind[:1]),
+        ]
+        for point, name, step in steps:
+            try:
+                st = await step(cs, pod, node, binder)
+            except SchedulerError as e:
+                st = fail(str(e))
+            except Exception as e:
+                # a plugin's bug: told on the pod and logged, never left to end the bind task
+                log.exception("plugin_failed", extension_point=point, plugin=name, pod=pod.key)
+                st = fail(f"unexpected error, see the scheduler's log: {e!r}"[:500])
             if not st.ok:
-                return st
+                return fail(f'running {point} plugin "{name}": {st.reason}', st.unresolvable)
         return OK

@@ -55,8 +55,21 @@ def _micro_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _refusal(body: bytes) -> str:
+    """What the apiserver says: its Status's reason and message (what ``kubectl`` prints, and
+    what a refused Binding's FailedScheduling Event should show), else the body's start."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(message := doc.get("message"), str) and message:
+        reason = doc.get("reason")
+        return f"{reason}: {message[:500]}" if isinstance(reason, str) and reason else message[:500]
+    return body[:300].decode(errors="replace")
+
+
 def _error(status: int, body: bytes, what: str) -> Exception:
-    text = body[:300].decode(errors="replace")
+    text = _refusal(body)
     if status in (409, 422, 400, 403, 404):
         return PermanentError(f"{what}: apiserver answered {status}: {text}")
     return TemporaryError(f"{what}: apiserver answered {status}: {text}")

@@ -146,6 +146,10 @@ class Pod:
     """Features of the spec this scheduler does not honour (named in FailedScheduling)."""
     created: str = ""
     deleting: bool = False
+    annotation_writers: tuple[tuple[str, str], ...] = ()
+    """(annotation, field manager) for each of the suite's annotations (``lj-runtimekit-*``)
+    that ``metadata.managedFields`` says a client set. The Binding subresource writes the pod
+    without a field manager, so the scheduler's decision has no writer unless someone edited it."""
 
     @property
     def key(self) -> str:
@@ -164,6 +168,10 @@ class Pod:
 
     def annotation(self, k: str) -> str | None:
         return self._annotations.get(k)
+
+    def writers(self, k: str) -> frozenset[str]:
+        """The field managers that set annotation ``k`` (see :attr:`annotation_writers`)."""
+        return frozenset(m for key, m in self.annotation_writers if key == k)
 
     @property
     def wants_devices(self) -> bool:

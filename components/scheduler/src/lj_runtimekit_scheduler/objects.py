@@ -111,6 +111,33 @@ def _devices(spec: Json, names: ResourceNames) -> tuple[DeviceRequest, ...]:
     return tuple(out)
 
 
+OUR_ANNOTATIONS = "lj-runtimekit-"
+"""The prefix of the suite's annotation keys, whose writers :func:`annotation_writers` reads."""
+
+
+def annotation_writers(meta: Json) -> tuple[tuple[str, str], ...]:
+    """(annotation, manager) of every ``managedFields`` entry that owns one of the suite's
+    annotations. An entry recorded for the ``binding`` subresource is the Binding's, not an edit
+    (today's apiservers record none: the Binding writes the pod without a field manager).
+    Entries of another shape are passed over (the apiserver checks managedFields)."""
+    out: set[tuple[str, str]] = set()
+    for entry in meta.get("managedFields") or ():
+        if not isinstance(entry, dict) or entry.get("subresource") == "binding":
+            continue
+        fields = entry.get("fieldsV1")
+        annotations = (fields.get("f:metadata") or {}) if isinstance(fields, dict) else {}
+        annotations = annotations.get("f:annotations") if isinstance(annotations, dict) else None
+        if not isinstance(annotations, dict):
+            continue
+        manager = str(entry.get("manager") or "")
+        out.update(
+            (k[2:], manager)
+            for k in annotations
+            if isinstance(k, str) and k.startswith("f:" + OUR_ANNOTATIONS)
+        )
+    return tuple(sorted(out))
+
+
 def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
     """The pod as the scheduler sees it, our device resources read under ``names``; raises
     ValueError/KeyError on a malformed object."""
@@ -157,6 +184,7 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
         unsupported=_unsupported(spec),
         created=meta.get("creationTimestamp", ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        annotation_writers=annotation_writers(meta),
     )
 
 
