@@ -42,12 +42,79 @@ class Objects:
     """A pending pod that names the suite's scheduler."""
     foreign_job: str
     """A Job in kube-system that is not an agent Job."""
+    bound_pv: str = ""
+    """A PersistentVolume bound to another tenant's claim ``claim``."""
+    free_pv: str = ""
+    """A PersistentVolume that names no claim yet."""
+    claim: str = ""
+    """Another tenant's PersistentVolumeClaim (bound to ``bound_pv``)."""
+
+
+PVS = "/api/v1/persistentvolumes"
+
+
+def _pv(name: str, claim: tuple[str, str] | None = None, cls: str = "sec-test") -> Obj:
+    """A PV; kube-controller-manager's PV controller binds it only to a claim of class ``cls``
+    (no StorageClass of that name exists: binding is Immediate)."""
+    spec: Obj = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": cls,
+        "hostPath": {"path": f"/tmp/{name}"},
+    }
+    if claim is not None:
+        spec["claimRef"] = {"namespace": claim[0], "name": claim[1]}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def _pvc(name: str, cls: str = "sec-test") -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": cls,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+
+
+def _claims_path(rig: Rig) -> str:
+    return f"/api/v1/namespaces/{rig.victims}/persistentvolumeclaims"
+
+
+def _changed(rig: Rig, path: str, change: Callable[[Obj], None]) -> Obj:
+    """The object at ``path`` as the apiserver has it now, with ``change`` made (for a PUT)."""
+    obj = ok(rig.root("GET", path, None), path)
+    change(obj)
+    return obj
+
+
+def _phase(rig: Rig, path: str, phase: str) -> Callable[[], bool]:
+    """Whether the object at ``path`` is in ``phase`` (the PV controller settled it: a PUT made
+    from a read before that would meet a 409 instead of the policy)."""
+    return lambda: rig.root("GET", path, None).body.get("status", {}).get("phase") == phase
 
 
 @pytest.fixture(scope="module")
 def objs(rig: Rig) -> Iterator[Objects]:
     run = uuid.uuid4().hex[:6]
-    o = Objects(f"tenant-{run}", f"elsewhere-{run}", f"pending-{run}", f"foreign-{run}")
+    o = Objects(
+        f"tenant-{run}",
+        f"elsewhere-{run}",
+        f"pending-{run}",
+        f"foreign-{run}",
+        bound_pv=f"sec-bound-{run}",
+        free_pv=f"sec-free-{run}",
+        claim=f"data-{run}",
+    )
     pods = f"/api/v1/namespaces/{rig.victims}/pods"
     ok(rig.root("POST", pods, pod_body(o.tenant, rig.own_node)), "tenant pod")
     ok(rig.root("POST", pods, pod_body(o.elsewhere, rig.other_node)), "pod elsewhere")
@@ -58,10 +125,19 @@ def objs(rig: Rig) -> Iterator[Objects]:
         "spec": {"suspend": True, "template": {"spec": pod_body("x", None)["spec"]}},
     }
     ok(rig.root("POST", JOBS, job), "a Job not of the suite")
+    ok(rig.root("POST", _claims_path(rig), _pvc(o.claim)), "another tenant's claim")
+    ok(rig.root("POST", PVS, _pv(o.bound_pv, (rig.victims, o.claim))), "a PV bound to it")
+    ok(rig.root("POST", PVS, _pv(o.free_pv, cls="sec-test-free")), "a free PV")
     try:
+        eventually(
+            "the tenant's claim Bound", _phase(rig, f"{_claims_path(rig)}/{o.claim}", "Bound")
+        )
+        eventually("the free PV Available", _phase(rig, f"{PVS}/{o.free_pv}", "Available"))
         yield o
     finally:
         rig.root("DELETE", f"{JOBS}/{o.foreign_job}", {"propagationPolicy": "Background"})
+        for name in (o.bound_pv, o.free_pv):
+            rig.root("DELETE", f"{PVS}/{name}", None)
 
 
 def agent_job(rig: Rig, node: str | None = None, action: str = "enable") -> Obj:
@@ -467,6 +543,94 @@ ATTACKS: list[Attack] = [
         RBAC,
     ),
     Attack("scheduler-create-job", "scheduler", lambda r, o: ("POST", JOBS, agent_job(r)), RBAC),
+    # --- its volume rights: bind a PV that names no claim, select a claim's node; nothing more
+    Attack(
+        "scheduler-rebind-a-bound-pv",
+        "scheduler",
+        lambda r, o: (
+            "PUT",
+            f"{PVS}/{o.bound_pv}",
+            _changed(
+                r,
+                f"{PVS}/{o.bound_pv}",
+                lambda pv: pv["spec"].update(claimRef={"namespace": NS, "name": "stolen"}),
+            ),
+        ),
+        "may only bind a PersistentVolume that names no claim yet",
+    ),
+    Attack(
+        "scheduler-bind-a-pv-and-make-it-delete",
+        "scheduler",
+        lambda r, o: (
+            "PUT",
+            f"{PVS}/{o.free_pv}",
+            _changed(
+                r,
+                f"{PVS}/{o.free_pv}",
+                lambda pv: pv["spec"].update(
+                    claimRef={"namespace": r.victims, "name": o.claim},
+                    persistentVolumeReclaimPolicy="Delete",
+                ),
+            ),
+        ),
+        "may only bind a PersistentVolume that names no claim yet",
+    ),
+    Attack(
+        "scheduler-drop-a-claim-s-protection",
+        "scheduler",
+        lambda r, o: (
+            "PUT",
+            f"{_claims_path(r)}/{o.claim}",
+            _changed(
+                r,
+                f"{_claims_path(r)}/{o.claim}",
+                lambda c: c["metadata"].update(finalizers=[]),
+            ),
+        ),
+        "may only add the annotation volume.kubernetes.io/selected-node",
+    ),
+    Attack(
+        "scheduler-label-a-claim",
+        "scheduler",
+        lambda r, o: (
+            "PUT",
+            f"{_claims_path(r)}/{o.claim}",
+            _changed(
+                r,
+                f"{_claims_path(r)}/{o.claim}",
+                lambda c: c["metadata"].setdefault("labels", {}).update(evil="x"),
+            ),
+        ),
+        "may only add the annotation volume.kubernetes.io/selected-node",
+    ),
+    Attack(
+        "scheduler-delete-a-pv",
+        "scheduler",
+        lambda r, o: ("DELETE", f"{PVS}/{o.bound_pv}", None),
+        RBAC,
+    ),
+    Attack(
+        "scheduler-patch-a-pv",
+        "scheduler",
+        lambda r, o: (
+            "PATCH",
+            f"{PVS}/{o.free_pv}",
+            {"spec": {"persistentVolumeReclaimPolicy": "Delete"}},
+        ),
+        RBAC,
+    ),
+    Attack(
+        "scheduler-create-a-pv",
+        "scheduler",
+        lambda r, o: ("POST", PVS, _pv(f"x-{o.free_pv}")),
+        RBAC,
+    ),
+    Attack(
+        "scheduler-delete-a-claim",
+        "scheduler",
+        lambda r, o: ("DELETE", f"{_claims_path(r)}/{o.claim}", None),
+        RBAC,
+    ),
     # --- the controller: agent Jobs from the pinned template, its own node annotations
     *_common("controller", "lj-runtimekit-controller"),
     Attack(
@@ -1134,6 +1298,58 @@ def test_scheduler_token_does_all_the_scheduler_does(rig: Rig, objs: Objects) ->
     assert "field is immutable" in rewrite.message, rewrite.message
     _lease_cycle(rig, "scheduler", "lj-runtimekit-scheduler")
     _claim_cycle(rig)
+    _volume_cycle(rig)
+
+
+STORAGE_LISTS = (
+    "/api/v1/persistentvolumeclaims",
+    PVS,
+    "/apis/storage.k8s.io/v1/storageclasses",
+    "/apis/storage.k8s.io/v1/csinodes",
+    "/apis/storage.k8s.io/v1/csidrivers",
+    "/apis/storage.k8s.io/v1/csistoragecapacities",
+)
+
+
+def _volume_cycle(rig: Rig) -> None:
+    """What VolumeBinding writes (plugins/volume_binding.py, kube.update_volume/update_claim):
+    the claimRef of a PV that names no claim, and the selected node of a claim to provision."""
+    s = rig.as_("scheduler")
+    for path in STORAGE_LISTS:
+        _ok(s("GET", path, None, query=[("limit", 1)]), f"list {path}")
+        _ok(s("GET", path, None, query=[("watch", "true"), ("timeoutSeconds", 1)]), "watch")
+    run = uuid.uuid4().hex[:6]
+    pv, claim = f"sec-bind-{run}", f"bind-{run}"
+    # of classes that do not match: the PV controller binds neither to the other (nor to
+    # anything) before the scheduler's writes, which would race them
+    made = ok(rig.root("POST", _claims_path(rig), _pvc(claim, "sec-cycle-claim")), "a claim")
+    ok(rig.root("POST", PVS, _pv(pv, cls="sec-cycle-pv")), "a free PV")
+    path = f"{_claims_path(rig)}/{claim}"
+    try:
+        eventually("the new PV Available", _phase(rig, f"{PVS}/{pv}", "Available"))
+
+        def select(obj: Obj) -> None:
+            ann = obj["metadata"].setdefault("annotations", {})
+            ann["volume.kubernetes.io/selected-node"] = rig.own_node
+
+        _ok(s("PUT", path, _changed(rig, path, select)), "select the claim's node")
+
+        def bind(obj: Obj) -> None:
+            obj["spec"]["claimRef"] = {
+                "kind": "PersistentVolumeClaim",
+                "apiVersion": "v1",
+                "namespace": rig.victims,
+                "name": claim,
+                "uid": made["metadata"]["uid"],
+            }
+            obj["metadata"].setdefault("annotations", {})[
+                "pv.kubernetes.io/bound-by-controller"
+            ] = "yes"
+
+        _ok(s("PUT", f"{PVS}/{pv}", _changed(rig, f"{PVS}/{pv}", bind)), "bind the PV")
+    finally:
+        rig.root("DELETE", f"{PVS}/{pv}", None)
+        rig.root("DELETE", f"{_claims_path(rig)}/{claim}", None)
 
 
 def _claim_cycle(rig: Rig) -> None:

@@ -1,5 +1,6 @@
-"""The feed: nodes, NodeDevices and pods into the state and the queue, and ResourceSlices and
-ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), one informer each.
+"""The feed: nodes, NodeDevices and pods into the state and the queue, ResourceSlices and
+ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), and claims, PVs and the
+storage objects into its storage cache (:mod:`.storage`), one informer each.
 
 Each kind is listed, then watched from the list's resourceVersion (``informer.py``); a closed
 stream is resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried
@@ -17,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from . import objects
+from . import objects, storage
 from .errors import PermanentError, TemporaryError
 from .informer import Informer
 from .kube import Gone, Json, Kube
@@ -28,9 +29,11 @@ from .state import ClusterState
 
 log = structlog.get_logger("lj_runtimekit_scheduler.informer")
 
-KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims")
-OPTIONAL = ("resourceslices", "resourceclaims")
-"""Kinds a cluster may not serve: the scheduler starts without them."""
+KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims", *storage.KINDS)
+OPTIONAL = ("resourceslices", "resourceclaims", *storage.KINDS)
+"""Kinds a cluster may not serve (or the scheduler's role may not grant): it starts without them.
+Pods without claims never wait for the storage kinds; a pod with claims waits until they are
+listed (VolumeBinding says so)."""
 
 
 class Informers:
@@ -70,6 +73,7 @@ class Informers:
             "pods": self._pod,
             "resourceslices": self._slice,
             "resourceclaims": self._claim,
+            **{k: partial(self._storage, k) for k in storage.KINDS},
         }
 
     @property
@@ -115,6 +119,8 @@ class Informers:
             seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.dra.claims if u not in seen]:
                 self.state.set_claim(None, uid)
+        elif kind in storage.KINDS:
+            self.state.storage.relist(kind, items)
 
     def _handle(self, kind: str, ev_type: str, obj: Json) -> None:
         try:
@@ -154,6 +160,13 @@ class Informers:
         else:
             self.state.set_claim(obj)
         self._changed()
+
+    def _storage(self, kind: str, ev_type: str, obj: Json) -> None:
+        self.state.storage.apply(kind, ev_type, obj)
+        if ev_type != "DELETED":
+            # a claim bound, a PV or class added, a CSI node or capacity changed may let a pod
+            # with claims in (kube-scheduler's VolumeBinding events: Add and Update only)
+            self._changed()
 
     def _pod(self, ev_type: str, obj: Json) -> None:
         pod = objects.pod(obj, self.settings.resources)

@@ -75,6 +75,9 @@ class Status:
     skip: bool = False
     """From PreFilter: this plugin's Filter has nothing to check for this pod (kube-scheduler's
     Skip status); the cycle does not call it on any node."""
+    nodes: frozenset[str] | None = None
+    """From PreFilter: only these nodes can pass (kube-scheduler's PreFilterResult.NodeNames);
+    the others are not evaluated. None: any node."""
 
 
 OK = Status()
@@ -218,6 +221,9 @@ class Walk:
     raw: list[Scores] = field(default_factory=list)
     fresh: set[str] = field(default_factory=set)
     """Nodes evaluated in this cycle (their per-cycle plugin state is in the CycleState)."""
+    volatile: bool = False
+    """The pod's verdicts depend on more than its node (its claims: PVs and PVCs); nothing is
+    remembered for it."""
     reasons: dict[str, str] = field(default_factory=dict)
 
 
@@ -235,6 +241,7 @@ def shape(pod: Pod) -> Hashable:
         pod.required_terms,
         pod.preferred_terms,
         pod.tolerations,
+        pod.volumes,
     )
 
 
@@ -304,7 +311,7 @@ class Profile:
         self, cs: CycleState, pod: Pod, info: NodeInfo, walk: Walk, spent: list[float]
     ) -> Verdict:
         name = info.node.name
-        if self.pre_score:  # their state is per cycle: nothing is remembered
+        if self.pre_score or walk.volatile:  # per-cycle state: nothing is remembered
             walk.fresh.add(name)
             return self._evaluate(cs, pod, info, walk.filters, spent)
         known = self._memo.get(name)
@@ -364,6 +371,8 @@ class Profile:
         self._cycles += 1
         self.sampled = (self._cycles - 1) % self.sample_every == 0  # first cycle sampled
         skipped: set[str] = set()
+        allowed: frozenset[str] | None = None
+        narrowed: list[str] = []
         for p in self.pre_filter:
             t0 = time.perf_counter()
             st = p.pre_filter(cs, pod)
@@ -372,14 +381,27 @@ class Profile:
                 return Result(None, {"*": f"{p.NAME}: {st.reason}"}, st.unresolvable)
             if st.skip:
                 skipped.add(p.NAME)
+            if st.nodes is not None:
+                allowed = st.nodes if allowed is None else allowed & st.nodes
+                narrowed.append(p.NAME)
         filters = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
         key = shape(pod)
         if len(self._shapes) > 10_000:  # many distinct shapes: start over rather than grow
             self._shapes.clear()
             self._memo.clear()
         walk = Walk(filters, self._shapes.setdefault(key, len(self._shapes)))
-        self._walk(cs, pod, state, names, walk)
+        walk.volatile = bool(pod.claims)
+        among = names
+        if allowed is not None:
+            among = sorted(allowed if names is None else allowed.intersection(names))
+        self._walk(cs, pod, state, among, walk)
         feasible = walk.feasible
+        if not feasible and allowed is not None:
+            # kube-scheduler's words for the nodes a PreFilter result left out
+            why = f"{narrowed[0]}: node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowed))}]"
+            for n in names if names is not None else state.nodes:
+                if n not in allowed:
+                    walk.reasons.setdefault(n, why)
         if not feasible:
             for pf in self.post_filter:
                 pf.post_filter(cs, pod, walk.reasons)

@@ -31,6 +31,12 @@ PATHS = {
     "nodedevices": "/apis/lj-runtimekit.aliyun.com/v1/nodedevices",
     "resourceslices": "/apis/resource.k8s.io/v1/resourceslices",
     "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
+    "persistentvolumeclaims": "/api/v1/persistentvolumeclaims",
+    "persistentvolumes": "/api/v1/persistentvolumes",
+    "storageclasses": "/apis/storage.k8s.io/v1/storageclasses",
+    "csinodes": "/apis/storage.k8s.io/v1/csinodes",
+    "csidrivers": "/apis/storage.k8s.io/v1/csidrivers",
+    "csistoragecapacities": "/apis/storage.k8s.io/v1/csistoragecapacities",
 }
 _CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 _MERGE = "application/merge-patch+json"
@@ -231,6 +237,20 @@ class Kube:
             await self._call("DELETE", path, f"delete ResourceClaim {namespace}/{name}")
         except (PermanentError, TemporaryError) as e:
             log.warning("claim_delete_failed", claim=f"{namespace}/{name}", error=str(e)[:300])
+
+    # -- a pod's volumes (plugins/volume_binding.py): PUT, so a PV or claim changed since the
+    # cache saw it is refused (409) rather than overwritten, as kube-scheduler's binder does
+    async def update_volume(self, raw: Json) -> Json:
+        name = raw["metadata"]["name"]
+        path = f"/api/v1/persistentvolumes/{name}"
+        return await self._call("PUT", path, f"bind PersistentVolume {name} to its claim", raw)
+
+    async def update_claim(self, raw: Json) -> Json:
+        meta = raw["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}"
+        what = f"select the node of PersistentVolumeClaim {ns}/{name}"
+        return await self._call("PUT", path, what, raw)
 
     async def event(self, pod: Pod, kind: str, reason: str, message: str, count: int = 1) -> str:
         """Create an ``events.k8s.io/v1`` Event about ``pod``; returns its name."""

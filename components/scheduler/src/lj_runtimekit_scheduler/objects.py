@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from . import quantity
+from . import quantity, volumes
 from .model import (
     DEFAULT_NAMES,
     RESOURCE_KINDS,
@@ -90,10 +90,6 @@ def _unsupported(spec: Json) -> tuple[str, ...]:
         # A PodGroup of the upstream Workload API: placing its pods one by one would break its
         # all-or-nothing promise. Our own gangs are the pod-group annotation or a JobSet.
         found.append("a Workload API PodGroup (spec.schedulingGroup)")
-    for v in spec.get("volumes") or ():
-        if v.get("persistentVolumeClaim") or v.get("ephemeral"):
-            found.append("volume binding (persistentVolumeClaim/ephemeral volumes)")
-            break
     return tuple(found)
 
 
@@ -181,6 +177,7 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
         labels=tuple(sorted((meta.get("labels") or {}).items())),
         annotations=tuple(sorted((meta.get("annotations") or {}).items())),
         scheduling_gates=tuple(g["name"] for g in spec.get("schedulingGates") or ()),
+        volumes=volumes.pod_volumes(meta["name"], spec),
         unsupported=_unsupported(spec),
         created=meta.get("creationTimestamp", ""),
         deleting=bool(meta.get("deletionTimestamp")),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .errors import ConfigError
 from .framework import Profile
 from .metrics import Metrics
-from .plugins import allocate_handshake, gpu_fit, node_resources_fit
+from .plugins import allocate_handshake, gpu_fit, node_resources_fit, volume_binding
 from .plugins.registry import REGISTRY, PluginArgs
 from .settings import PluginConfig, Settings
 from .state import ClusterState
@@ -19,6 +19,7 @@ def plugin_args(settings: Settings) -> PluginArgs:
         gpu_fit=gpu_fit.Args(settings.gpu_strategy, settings.feature_label),
         node_resources_fit=node_resources_fit.Args(settings.gpu_strategy == "binpack"),
         allocate_handshake=allocate_handshake.Args(settings.resources),
+        volume_binding=volume_binding.Args(settings.volume_bind_timeout),
     )
 
 

@@ -95,6 +95,7 @@ class Scheduler:
                 next_depth = now + 0.25
             await asyncio.sleep(0)  # let watches and bindings progress
         self.stopping = True
+        self.state.storage.stop()  # a pod waiting for its volumes at PreBind gives up
         self.poke()
         await self.drain()
 

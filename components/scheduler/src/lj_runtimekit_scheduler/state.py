@@ -23,6 +23,7 @@ from .model import (
     ResourceNames,
     Resources,
 )
+from .storage import Storage
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,8 @@ class ClusterState:
         """uid → the edited annotation value already reported (one Event per edit)."""
         self.generation = 0
         """Bumped on every change; the queue requeues unschedulable pods when it moves."""
+        self.storage = Storage()
+        """Claims, PVs and the storage objects the volume plugins read (``storage.py``)."""
 
     # -- nodes and devices
     def set_node(self, node: Node) -> None:

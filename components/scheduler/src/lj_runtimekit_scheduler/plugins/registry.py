@@ -24,9 +24,12 @@ from . import (
     node_ready,
     node_resources_fit,
     node_unschedulable,
+    node_volume_limits,
     scheduling_gates,
     taint_toleration,
     unsupported_features,
+    volume_binding,
+    volume_restrictions,
 )
 
 
@@ -37,6 +40,7 @@ class PluginArgs:
     gpu_fit: gpu_fit.Args = field(default_factory=gpu_fit.Args)
     node_resources_fit: node_resources_fit.Args = field(default_factory=node_resources_fit.Args)
     allocate_handshake: allocate_handshake.Args = field(default_factory=allocate_handshake.Args)
+    volume_binding: volume_binding.Args = field(default_factory=volume_binding.Args)
 
 
 Factory = Callable[[PluginArgs, ClusterState], Plugin]
@@ -53,6 +57,9 @@ REGISTRY: Mapping[str, Factory] = {
     node_resources_fit.NAME: lambda args, state: node_resources_fit.new(
         args.node_resources_fit, state
     ),
+    volume_restrictions.NAME: lambda args, state: volume_restrictions.new(state),
+    node_volume_limits.NAME: lambda args, state: node_volume_limits.new(state),
+    volume_binding.NAME: lambda args, state: volume_binding.new(args.volume_binding, state),
     gpu_fit.NAME: lambda args, state: gpu_fit.new(args.gpu_fit, state),
     allocate_handshake.NAME: lambda args, state: allocate_handshake.new(
         args.allocate_handshake, state
