@@ -86,8 +86,8 @@ def test_unsupported_features_are_named() -> None:
         },
     }
     p = objects.pod(raw)
-    assert any("dynamic resource allocation" in u for u in p.unsupported)
-    assert any("volume binding" in u for u in p.unsupported)
+    # the claim of a volume is scheduled (VolumeBinding): only the pod's own DRA claims are named
+    assert p.unsupported == ("dynamic resource allocation (spec.resourceClaims)",)
 
 
 def test_inter_pod_affinity_and_topology_spread_are_placed_not_refused() -> None:

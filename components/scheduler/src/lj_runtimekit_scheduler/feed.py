@@ -1,7 +1,8 @@
 """The feed: nodes, NodeDevices and pods into the state and the queue, ResourceSlices and
-ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), namespaces' labels (inter-pod
-terms' namespaceSelector) and, when the default spread constraints need them, the selectors of
-Services and pod controllers (:mod:`.workloads`), one informer each.
+ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), claims, PVs and the
+storage objects into its storage cache (:mod:`.storage`), namespaces' labels (inter-pod terms'
+namespaceSelector) and, when the default spread constraints need them, the selectors of Services
+and pod controllers (:mod:`.workloads`), one informer each.
 
 Each kind is listed, then watched from the list's resourceVersion (``informer.py``); a closed
 stream is resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried
@@ -19,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from . import objects, workloads
+from . import objects, storage, workloads
 from .errors import PermanentError, TemporaryError
 from .informer import Informer
 from .kube import Gone, Json, Kube
@@ -31,10 +32,19 @@ from .state import ClusterState
 
 log = structlog.get_logger("lj_runtimekit_scheduler.informer")
 
-KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims", "namespaces")
-OPTIONAL = ("resourceslices", "resourceclaims", "namespaces", *workloads.KINDS)
-"""Kinds a cluster may not serve (or an older RBAC not grant): the scheduler starts without
-them."""
+KINDS = (
+    "nodes",
+    "nodedevices",
+    "pods",
+    "resourceslices",
+    "resourceclaims",
+    *storage.KINDS,
+    "namespaces",
+)
+OPTIONAL = ("resourceslices", "resourceclaims", *storage.KINDS, "namespaces", *workloads.KINDS)
+"""Kinds a cluster may not serve (or the scheduler's role, or an older RBAC, may not grant): it
+starts without them. Pods without claims never wait for the storage kinds; a pod with claims
+waits until they are listed (VolumeBinding says so)."""
 
 
 def kinds(settings: Settings) -> tuple[str, ...]:
@@ -82,6 +92,7 @@ class Informers:
             "pods": self._pod,
             "resourceslices": self._slice,
             "resourceclaims": self._claim,
+            **{k: partial(self._storage, k) for k in storage.KINDS},
             "namespaces": self._namespace,
             **{k: partial(self._workload, k) for k in workloads.KINDS},
         }
@@ -129,6 +140,8 @@ class Informers:
             seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.dra.claims if u not in seen]:
                 self.state.set_claim(None, uid)
+        elif kind in storage.KINDS:
+            self.state.storage.relist(kind, items)
         elif kind == "namespaces":
             self.state.namespace_labels.clear()
         elif kind in workloads.KINDS:
@@ -173,6 +186,13 @@ class Informers:
             self.state.set_claim(obj)
         self._changed()
 
+    def _storage(self, kind: str, ev_type: str, obj: Json) -> None:
+        self.state.storage.apply(kind, ev_type, obj)
+        if ev_type != "DELETED":
+            # a claim bound, a PV or class added, a CSI node or capacity changed may let a pod
+            # with claims in (kube-scheduler's VolumeBinding events: Add and Update only)
+            self._changed()
+
     def _namespace(self, ev_type: str, obj: Json) -> None:
         name = obj["metadata"]["name"]
         if ev_type == "DELETED":
@@ -211,7 +231,8 @@ class Informers:
         self.queue.delete(pod.uid)
         held, was_pending = pod.uid in self.state.pods, self.state.is_pending(pod.uid)
         assumed = pod.uid in self.state.assumed
-        if (edited := self.state.observe_pod(pod)) is not None:
+        # another scheduler's pod with our annotation is counted by its requests, not told
+        if (edited := self.state.observe_pod(pod)) is not None and ours:
             msg = edited.message()
             log.warning("gpu_assignment_edited", pod=pod.key, node=pod.node_name, why=msg)
             if self.recorder is not None:

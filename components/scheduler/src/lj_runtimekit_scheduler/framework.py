@@ -8,12 +8,16 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+import structlog
+
+from .errors import SchedulerError
 from .gang import gang_of
 from .gpu import Choice
 from .model import Pod
 from .state import ClusterState, NodeInfo
 
 T = TypeVar("T")
+log = structlog.get_logger("lj_runtimekit_scheduler.framework")
 
 
 class Slot(Generic[T]):
@@ -71,6 +75,9 @@ class Status:
     skip: bool = False
     """From PreFilter: this plugin's Filter has nothing to check for this pod (kube-scheduler's
     Skip status); the cycle does not call it on any node."""
+    nodes: frozenset[str] | None = None
+    """From PreFilter: only these nodes can pass (kube-scheduler's PreFilterResult.NodeNames);
+    the others are not evaluated. None: any node."""
 
 
 OK = Status()
@@ -227,6 +234,9 @@ class Walk:
     raw: list[Scores] = field(default_factory=list)
     fresh: set[str] = field(default_factory=set)
     """Nodes evaluated in this cycle (their per-cycle plugin state is in the CycleState)."""
+    volatile: bool = False
+    """The pod's verdicts depend on more than its node (its claims: PVs and PVCs); nothing is
+    remembered for it."""
     reasons: dict[str, str] = field(default_factory=dict)
 
 
@@ -244,6 +254,7 @@ def shape(pod: Pod) -> Hashable:
         pod.required_terms,
         pod.preferred_terms,
         pod.tolerations,
+        pod.volumes,
     )
 
 
@@ -319,6 +330,9 @@ class Profile:
         self, cs: CycleState, pod: Pod, info: NodeInfo, walk: Walk, spent: list[float]
     ) -> Verdict:
         name = info.node.name
+        if walk.volatile:  # its claims' PVs and PVCs are not the node's: nothing is remembered
+            walk.fresh.add(name)
+            return self._evaluate(cs, pod, info, walk.filters, spent)
         known = self._memo.get(name)
         if known is None or known[0] is not info or known[1] != info.version:
             # a node removed and added again is a new NodeInfo whose version starts over
@@ -393,11 +407,15 @@ class Profile:
         (GpuFit's device choice) have it. Plugins whose verdict depends on pods of other nodes
         (:func:`cross_node`) are never remembered: their Filter runs, after the node's own
         ones, on every node those pass, and their Score on every feasible node, each cycle,
-        from what their PreFilter/PreScore computed once for the cycle.
+        from what their PreFilter/PreScore computed once for the cycle. Nothing is remembered
+        for a pod with claims (its verdicts depend on PVs and PVCs, not on its node alone), and
+        a PreFilter's node set narrows the walk to those nodes.
         """
         self._cycles += 1
         self.sampled = (self._cycles - 1) % self.sample_every == 0  # first cycle sampled
         skipped: set[str] = set()
+        allowed: frozenset[str] | None = None
+        narrowed: list[str] = []
         for p in self.pre_filter:
             t0 = time.perf_counter()
             st = p.pre_filter(cs, pod)
@@ -406,6 +424,9 @@ class Profile:
                 return Result(None, {"*": f"{p.NAME}: {st.reason}"}, st.unresolvable)
             if st.skip:
                 skipped.add(p.NAME)
+            if st.nodes is not None:
+                allowed = st.nodes if allowed is None else allowed & st.nodes
+                narrowed.append(p.NAME)
         active = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
         filters = [f for f in active if f.NAME not in self._cross]
         cross = [f for f in active if f.NAME in self._cross]
@@ -414,8 +435,18 @@ class Profile:
             self._shapes.clear()
             self._memo.clear()
         walk = Walk(filters, cross, self._shapes.setdefault(key, len(self._shapes)))
-        self._walk(cs, pod, state, names, walk)
+        walk.volatile = bool(pod.claims)
+        among = names
+        if allowed is not None:
+            among = sorted(allowed if names is None else allowed.intersection(names))
+        self._walk(cs, pod, state, among, walk)
         feasible = walk.feasible
+        if not feasible and allowed is not None:
+            # kube-scheduler's words for the nodes a PreFilter result left out
+            why = f"{narrowed[0]}: node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowed))}]"
+            for n in names if names is not None else state.nodes:
+                if n not in allowed:
+                    walk.reasons.setdefault(n, why)
         if not feasible:
             for pf in self.post_filter:
                 pf.post_filter(cs, pod, walk.reasons)
@@ -478,13 +509,21 @@ class Profile:
         return OK
 
     async def bind_all(self, cs: CycleState, pod: Pod, node: str, binder: Binder) -> Status:
-        steps: list[Callable[[], Awaitable[Status]]] = []
-        for pb in self.pre_bind:
-            steps.append(lambda pb=pb: pb.pre_bind(cs, pod, node, binder))  # type: ignore[misc]
-        for b in self.bind[:1]:
-            steps.append(lambda b=b: b.bind(cs, pod, node, binder))  # type: ignore[misc]
-        for step in steps:
-            st = await step()
+        """PreBind then Bind; the first failure (a refusing Status, or the apiserver's error a
+        plugin raised) as kube-scheduler words it: ``running Bind plugin "DefaultBinder": ...``."""
+        steps: list[tuple[str, str, Callable[..., Awaitable[Status]]]] = [
+            *(("PreBind", p.NAME, p.pre_bind) for p in self.pre_bind),
+            *(("Bind", p.NAME, p.bind) for p in self.bind[:1]),
+        ]
+        for point, name, step in steps:
+            try:
+                st = await step(cs, pod, node, binder)
+            except SchedulerError as e:
+                st = fail(str(e))
+            except Exception as e:
+                # a plugin's bug: told on the pod and logged, never left to end the bind task
+                log.exception("plugin_failed", extension_point=point, plugin=name, pod=pod.key)
+                st = fail(f"unexpected error, see the scheduler's log: {e!r}"[:500])
             if not st.ok:
-                return st
+                return fail(f'running {point} plugin "{name}": {st.reason}', st.unresolvable)
         return OK

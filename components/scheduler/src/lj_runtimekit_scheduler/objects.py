@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from . import quantity, terms
+from . import quantity, terms, volumes
 from .model import (
     DEFAULT_NAMES,
     RESOURCE_KINDS,
@@ -83,10 +83,6 @@ def _unsupported(spec: Json) -> tuple[str, ...]:
         # A PodGroup of the upstream Workload API: placing its pods one by one would break its
         # all-or-nothing promise. Our own gangs are the pod-group annotation or a JobSet.
         found.append("a Workload API PodGroup (spec.schedulingGroup)")
-    for v in spec.get("volumes") or ():
-        if v.get("persistentVolumeClaim") or v.get("ephemeral"):
-            found.append("volume binding (persistentVolumeClaim/ephemeral volumes)")
-            break
     return tuple(found)
 
 
@@ -102,6 +98,33 @@ def _devices(spec: Json, names: ResourceNames) -> tuple[DeviceRequest, ...]:
         }
         out.append(DeviceRequest(c["name"], n["gpu"], n["gpu-core"], n["gpu-memory"], n["ppu"]))
     return tuple(out)
+
+
+OUR_ANNOTATIONS = "lj-runtimekit-"
+"""The prefix of the suite's annotation keys, whose writers :func:`annotation_writers` reads."""
+
+
+def annotation_writers(meta: Json) -> tuple[tuple[str, str], ...]:
+    """(annotation, manager) of every ``managedFields`` entry that owns one of the suite's
+    annotations. An entry recorded for the ``binding`` subresource is the Binding's, not an edit
+    (today's apiservers record none: the Binding writes the pod without a field manager).
+    Entries of another shape are passed over (the apiserver checks managedFields)."""
+    out: set[tuple[str, str]] = set()
+    for entry in meta.get("managedFields") or ():
+        if not isinstance(entry, dict) or entry.get("subresource") == "binding":
+            continue
+        fields = entry.get("fieldsV1")
+        annotations = (fields.get("f:metadata") or {}) if isinstance(fields, dict) else {}
+        annotations = annotations.get("f:annotations") if isinstance(annotations, dict) else None
+        if not isinstance(annotations, dict):
+            continue
+        manager = str(entry.get("manager") or "")
+        out.update(
+            (k[2:], manager)
+            for k in annotations
+            if isinstance(k, str) and k.startswith("f:" + OUR_ANNOTATIONS)
+        )
+    return tuple(sorted(out))
 
 
 def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
@@ -148,12 +171,14 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
         labels=tuple(sorted(pod_labels.items())),
         annotations=tuple(sorted((meta.get("annotations") or {}).items())),
         scheduling_gates=tuple(g["name"] for g in spec.get("schedulingGates") or ()),
+        volumes=volumes.pod_volumes(meta["name"], spec),
         unsupported=_unsupported(spec),
         created=meta.get("creationTimestamp", ""),
         deleting=bool(meta.get("deletionTimestamp")),
         affinity=terms.pod_affinity(spec.get("affinity"), meta.get("namespace", "default")),
         spread=terms.spread(spec.get("topologySpreadConstraints"), pod_labels),
         controller=terms.controller(meta),
+        annotation_writers=annotation_writers(meta),
     )
 
 

@@ -74,6 +74,9 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("TaintToleration", 1),
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
+    ("VolumeRestrictions", 0),
+    ("NodeVolumeLimits", 0),
+    ("VolumeBinding", 0),
     ("GpuFit", 2),
     ("DraClaims", 0),
     ("AllocateHandshake", 0),
@@ -164,6 +167,11 @@ class Settings:
         "device plugin to confirm that one's devices before it goes back to the queue.",
         300.0,
     )
+    volume_bind_timeout: float = _doc(
+        "Seconds VolumeBinding waits at PreBind for the PV controller to bind a pod's claims "
+        "before the pod goes back to the queue (kube-scheduler's bindTimeoutSeconds).",
+        600.0,
+    )
     pod_initial_backoff: float = _doc(
         "Seconds of the first retry delay of an unschedulable pod; doubles per attempt "
         "(kube-scheduler's podInitialBackoffSeconds).",
@@ -250,6 +258,7 @@ class Settings:
             "assume_ttl",
             "gang_timeout",
             "confirm_timeout",
+            "volume_bind_timeout",
             "event_series_interval",
         ):
             if not getattr(self, name) > 0:

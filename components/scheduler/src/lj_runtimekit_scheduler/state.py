@@ -25,6 +25,7 @@ from .model import (
     Resources,
 )
 from .placed import PlacedPods
+from .storage import Storage
 from .workloads import Workloads
 
 
@@ -44,18 +45,32 @@ class Pending:
 class Edited:
     """A bound pod whose ``gpu-assignment`` no longer says what the scheduler decided."""
 
-    kept: Choice
-    """What the scheduler wrote, and goes on counting."""
+    kept: Choice | None
+    """What the scheduler goes on counting."""
     annotated: Choice | None
     """What the annotation says now (None: removed, or nothing the scheduler would write)."""
+    source: str = "what it decided"
+    """Where :attr:`kept` comes from."""
+    by: frozenset[str] = frozenset()
+    """The field managers that set the annotation (``metadata.managedFields``)."""
 
     def message(self) -> str:
         now = assignment.describe(self.annotated) if self.annotated else "no usable decision"
+        who = f" by {', '.join(sorted(self.by))}" if self.by else ""
+        kept = assignment.describe(self.kept) if self.kept else "no devices"
         return (
-            f"{ASSIGNMENT_ANNOTATION} was changed after the pod was bound (now: {now}); the "
-            f"scheduler keeps counting what it decided ({assignment.describe(self.kept)}) and "
-            "gives none of it to other pods. The annotation is the scheduler's, not to be edited"
+            f"{ASSIGNMENT_ANNOTATION} was changed{who} after the pod was bound (now: {now}); "
+            f"the scheduler keeps counting {self.source} ({kept}) and gives none of it to "
+            "other pods. The annotation is the scheduler's, not to be edited"
         )
+
+
+REBUILT = "the sizes the pod requests, on the devices the device plugin reports it allocated"
+"""Where a pod's devices come from when its decision is not believed at first sight."""
+REBUILT_UNREPORTED = (
+    "the sizes the pod requests, on the devices the annotation names (what the device plugin "
+    "allocates at admission; it reports no allocation for this pod)"
+)
 
 
 def pending(pod: Pod, choice: Choice | None) -> Pending | None:
@@ -126,6 +141,8 @@ class ClusterState:
         """namespace → its labels (inter-pod terms' namespaceSelector)."""
         self.workloads = Workloads()
         """Selectors of Services and pod controllers (default spread constraints)."""
+        self.storage = Storage()
+        """Claims, PVs and the storage objects the volume plugins read (``storage.py``)."""
 
     # -- nodes and devices
     def set_node(self, node: Node) -> None:
@@ -269,9 +286,8 @@ class ClusterState:
         annotated = assignment.decision(pod) if pod.devices else None
         choice = self.written.get(pod.uid) if pod.devices else None
         if choice is None:
-            choice = annotated
-            if choice is not None:
-                self.written[pod.uid] = choice
+            if pod.devices:
+                choice, edited = self._first_sight(pod, annotated)
         elif assignment.same(annotated, choice):
             self.edit_seen.pop(pod.uid, None)
         else:
@@ -284,6 +300,26 @@ class ClusterState:
         self.assumed.pop(pod.uid, None)
         self.add_pod(pod, pod.node_name, choice)
         return edited
+
+    def _first_sight(
+        self, pod: Pod, annotated: Choice | None
+    ) -> tuple[Choice | None, Edited | None]:
+        """A bound pod this scheduler did not bind (it restarted, it was just elected, another
+        scheduler bound it): its decision is believed only as the Binding left it
+        (:func:`assignment.believed`); else it holds what :func:`assignment.rebuilt` says, and an
+        annotation someone set is reported once per value. Only a believed decision becomes
+        :attr:`written`; the rest is worked out again at every sight, so a report of the device
+        plugin that comes later is followed."""
+        if annotated is not None and assignment.believed(pod, annotated):
+            self.written[pod.uid] = annotated
+            return annotated, None
+        choice = assignment.rebuilt(pod, annotated, self.names)
+        raw = pod.annotation(ASSIGNMENT_ANNOTATION)
+        if raw is None or self.edit_seen.get(pod.uid) == raw:
+            return choice, None  # none to report (a pod bound some other way), or reported
+        self.edit_seen[pod.uid] = raw
+        source = REBUILT if assignment.reported(pod, self.names) else REBUILT_UNREPORTED
+        return choice, Edited(choice, annotated, source, pod.writers(ASSIGNMENT_ANNOTATION))
 
     def assume(self, pod: Pod, node: str, choice: Choice | None, deadline: float) -> None:
         self.add_pod(pod, node, choice)

@@ -25,10 +25,13 @@ from . import (
     node_ready,
     node_resources_fit,
     node_unschedulable,
+    node_volume_limits,
     pod_topology_spread,
     scheduling_gates,
     taint_toleration,
     unsupported_features,
+    volume_binding,
+    volume_restrictions,
 )
 
 
@@ -41,6 +44,7 @@ class PluginArgs:
     allocate_handshake: allocate_handshake.Args = field(default_factory=allocate_handshake.Args)
     pod_topology_spread: pod_topology_spread.Args = field(default_factory=pod_topology_spread.Args)
     inter_pod_affinity: inter_pod_affinity.Args = field(default_factory=inter_pod_affinity.Args)
+    volume_binding: volume_binding.Args = field(default_factory=volume_binding.Args)
 
 
 Factory = Callable[[PluginArgs, ClusterState], Plugin]
@@ -57,6 +61,9 @@ REGISTRY: Mapping[str, Factory] = {
     node_resources_fit.NAME: lambda args, state: node_resources_fit.new(
         args.node_resources_fit, state
     ),
+    volume_restrictions.NAME: lambda args, state: volume_restrictions.new(state),
+    node_volume_limits.NAME: lambda args, state: node_volume_limits.new(state),
+    volume_binding.NAME: lambda args, state: volume_binding.new(args.volume_binding, state),
     gpu_fit.NAME: lambda args, state: gpu_fit.new(args.gpu_fit, state),
     allocate_handshake.NAME: lambda args, state: allocate_handshake.new(
         args.allocate_handshake, state
