@@ -135,7 +135,11 @@ def ours(names: ResourceNames) -> Callable[[str], bool]:
 
 async def connect(s: Settings, metrics: PluginMetrics) -> Parts:
     client = RuntimeClient(
-        s.socket_dir, s.rpc_timeout, on_garbage=lambda m: metrics.runtime_garbage.labels(m).inc()
+        s.socket_dir,
+        s.rpc_timeout,
+        on_garbage=lambda m: metrics.runtime_garbage.labels(m).inc(),
+        on_dropped=lambda f: metrics.runtime_values_dropped.labels(f).inc(),
+        restart_grace=s.runtime_restart_grace,
     )
     api = await _apiserver(s)
     return Parts(s, names_of(s), metrics, Inventory(), client, api, _pod_lister(s, api))
