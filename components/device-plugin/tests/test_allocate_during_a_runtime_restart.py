@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,42 @@ async def test_the_kubelets_allocate_during_a_runtime_restart_is_served(
     (answer,) = resp.container_responses
     assert answer.envs or answer.annotations
     assert [a.device_ids for a in runtime_sim.allocations()] == [("gpu-1",)]
+
+
+async def test_a_runtime_that_restarts_under_a_pending_call_is_reached_within_the_deadline(
+    runtime_sim: Any,
+) -> None:
+    """What a call that started just before a restart sees: the socket took its connection,
+    then no Runtime served it (a stand-in that accepts and hangs up) until the Runtime was back
+    3.3 s later. The call, pending in gRPC, reaches it well within its 4.5 s deadline (on a
+    channel that waits out gRPC's own backoff, 1 s then 2 s then 4 s, it would next dial at
+    about 7 s)."""
+    deadline, down = 4.5, 3.3
+    path = str(Path(runtime_sim.socket_dir) / sockets.DEVICE_SOCKET)
+    async with client_of(runtime_sim, timeout=deadline) as client:
+        allocate = Allocator(client, NAMES, timeout_s=deadline * 2)
+        await client.list_devices()
+        await runtime_sim.stop()
+
+        async def hang_up(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+
+        stand_in = await asyncio.start_unix_server(hang_up, path=path)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        pending = asyncio.create_task(allocate(NAMES.gpu, [["gpu-5"]]))
+        await asyncio.sleep(down)
+        assert not pending.done()
+        stand_in.close()
+        await stand_in.wait_closed()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a unix server leaves its socket file
+        await runtime_sim.start()
+        (injection,) = await asyncio.wait_for(pending, deadline)
+        took = loop.time() - start
+    assert injection.envs or injection.annotations
+    assert [a.device_ids for a in runtime_sim.allocations()] == [("gpu-5",)]
+    assert took < deadline, f"served {took:.2f}s after the call, past its {deadline}s deadline"
 
 
 async def test_a_runtime_gone_longer_than_the_grace_fails_the_allocate_at_once(

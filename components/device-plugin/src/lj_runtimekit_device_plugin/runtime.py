@@ -9,7 +9,10 @@ GetVersion's capabilities, or UNIMPLEMENTED) degrades to the periodic check with
 The calls a kubelet waits on (``wait_for_ready``: Allocate, ListAllocations, Release,
 UpdateAllocationOwner) first make sure the socket takes connections (:meth:`RuntimeClient.ready`):
 a Runtime that is down fails them at once naming the socket, a restarting one is waited for
-within the deadline (the rule is :mod:`liveness`').
+within the deadline (the rule is :mod:`liveness`'). They go on a channel of their own that redials
+a Runtime that went away within a second (:data:`WAITED_RECONNECT_MAX_S`), so one that restarts
+under a call pending in gRPC is reached within the deadline too; gRPC resends only calls that
+never reached the Runtime's handler, so nothing is allocated twice.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ from .runtime_channel import (
     BACKOFF_FACTOR,
     BACKOFF_INITIAL_S,
     BACKOFF_MAX_S,
-    CHANNEL_OPTIONS,
     enum_name,
     open_channel,
 )
@@ -52,6 +54,19 @@ WATCH_DEVICES = "DeviceService.WatchDevices"
 UPDATE_OWNER = "DeviceService.UpdateAllocationOwner"
 #: How often a call waiting for a restarting Runtime looks at its socket.
 SOCKET_POLL_S = 0.02
+#: The channel of the calls a kubelet waits on redials a Runtime that went away at most this far
+#: apart (from 0.1 s): a call pending while the Runtime restarts reaches it within about a second
+#: of its return, not after gRPC's next backoff step (1, 2, 4 ... s of the shared channel, longer
+#: than the deadline of a call that started just before the restart). The daemon's own reconnect
+#: loops keep the guide's backoff.
+WAITED_RECONNECT_MAX_S = 1.0
+WAITED_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", int(WAITED_RECONNECT_MAX_S * 1000)),
+    # its own subchannel: the process-wide pool would share the other channel's, backoff and all
+    ("grpc.use_local_subchannel_pool", 1),
+)
 #: The guide's reconnect backoff: 1 s initial, x2, 30 s max.
 BACKOFF = wait_exponential(
     multiplier=BACKOFF_INITIAL_S, exp_base=BACKOFF_FACTOR, min=BACKOFF_INITIAL_S, max=BACKOFF_MAX_S
@@ -142,18 +157,22 @@ class RuntimeClient:
         self.timeout = timeout
         self._channel = open_channel(self.path)
         self._stub = device_pb2_grpc.DeviceServiceStub(self._channel)
-        self._retiring: set[asyncio.Task[None]] = set()
+        """The shared shape's channel: GetVersion, ListDevices and WatchDevices (fail fast)."""
+        self._waited = grpc.aio.insecure_channel(
+            sockets.unix_target(self.path), options=WAITED_CHANNEL_OPTIONS
+        )
+        self._waited_stub = device_pb2_grpc.DeviceServiceStub(self._waited)
+        """The calls a kubelet waits on (``wait_for_ready``, after :meth:`ready`)."""
 
     async def close(self) -> None:
         await self._channel.close()
-        for task in list(self._retiring):
-            await task
+        await self._waited.close()
 
     async def ready(self, method: str) -> float:
         """Return once the socket takes connections, with the seconds left of the call's
         deadline; raise :class:`RuntimeUnavailable` naming the socket at once when it takes none
         and no restart explains it, or at the deadline when a restart did not end by then."""
-        if self._channel.get_state() == grpc.ChannelConnectivity.READY:
+        if self._waited.get_state() == grpc.ChannelConnectivity.READY:
             self.liveness.saw()
             return self.timeout
         why = _probe(self.path)
@@ -181,7 +200,6 @@ class RuntimeClient:
             await asyncio.sleep(SOCKET_POLL_S)
             why = _probe(self.path)
         self.liveness.saw()
-        self._reconnect_now()
         return max(deadline - loop.time(), SOCKET_POLL_S)
 
     def _down(self, method: str, why: str, since: float | None) -> str:
@@ -195,26 +213,6 @@ class RuntimeClient:
             f"Runtime socket {self.path} {why}, and {seen}: is the Runtime service running? "
             f"(DeviceService.{method} not sent)"
         )
-
-    def _reconnect_now(self) -> None:
-        """The socket takes connections: a channel still in its reconnect backoff (up to 30 s,
-        gRPC's own) is replaced, so the call does not wait for a Runtime that is back. The old
-        one closes once its calls end (within the deadline)."""
-        if self._channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-            return
-        old = self._channel
-        # its own subchannel: the process-wide pool would hand back the old one, backoff and all
-        self._channel = grpc.aio.insecure_channel(
-            sockets.unix_target(self.path),
-            options=(*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)),
-        )
-        self._stub = device_pb2_grpc.DeviceServiceStub(self._channel)
-        task = asyncio.get_running_loop().create_task(
-            old.close(grace=self.timeout), name="runtime-channel-retire"
-        )
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
-        log.info("runtime_channel_renewed", socket=self.path, reason="the Runtime is back")
 
     def _unavailable(self, method: str, e: grpc.aio.AioRpcError) -> RuntimeUnavailable:
         where = self.path if os.path.exists(self.path) else f"{self.path} (missing)"
@@ -287,7 +285,7 @@ class RuntimeClient:
         try:
             # wait_for_ready: a Runtime restarting (an upgrade window) is waited for, within the
             # timeout, instead of failing the admission at once while the channel reconnects
-            r = await self._stub.Allocate(req, timeout=left, wait_for_ready=True)
+            r = await self._waited_stub.Allocate(req, timeout=left, wait_for_ready=True)
         except grpc.aio.AioRpcError as e:
             if e.code() in (
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -368,7 +366,7 @@ async def release(client: RuntimeClient, allocation_id: str) -> int:
     """Free one allocation (unknown ids are not an error); how many were freed."""
     left = await client.ready("Release")
     try:
-        r = await client._stub.Release(
+        r = await client._waited_stub.Release(
             device_pb2.ReleaseRequest(allocation_id=allocation_id),
             timeout=left,
             wait_for_ready=True,
@@ -382,7 +380,7 @@ async def allocations(client: RuntimeClient) -> list[Allocation]:
     """Every live allocation on the node."""
     left = await client.ready("ListAllocations")
     try:
-        r = await client._stub.ListAllocations(
+        r = await client._waited_stub.ListAllocations(
             device_pb2.ListAllocationsRequest(), timeout=left, wait_for_ready=True
         )
     except grpc.aio.AioRpcError as e:
@@ -404,7 +402,7 @@ async def update_owner(
     )
     left = await client.ready("UpdateAllocationOwner")
     try:
-        r = await client._stub.UpdateAllocationOwner(req, timeout=left, wait_for_ready=True)
+        r = await client._waited_stub.UpdateAllocationOwner(req, timeout=left, wait_for_ready=True)
     except grpc.aio.AioRpcError as e:
         if e.code() == grpc.StatusCode.UNIMPLEMENTED:
             raise MethodMissing(f"this Runtime lacks {UPDATE_OWNER}") from e
