@@ -129,7 +129,13 @@ def _claim_and_pod(cluster: Any, namespace: str, name: str, device: str) -> tupl
 def _events(cluster: Any, namespace: str, pod_uid: str) -> list[Any]:
     with cluster.api_client() as a:
         got = sync_client.CoreV1Api(a).list_namespaced_event(namespace)
-    return [e for e in got.items if e.involved_object.uid == pod_uid]
+    # the device plugin's only: kube-scheduler reports on the pending pod too
+    return [
+        e
+        for e in got.items
+        if e.involved_object.uid == pod_uid
+        and e.reporting_component == "lj-runtimekit-device-plugin"
+    ]
 
 
 def _until_events(cluster: Any, namespace: str, pod_uid: str, n: int) -> list[Any]:
