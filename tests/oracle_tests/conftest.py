@@ -24,7 +24,7 @@ from lj_runtimekit_testkit.oracle.runner import Harness
 
 CRD = Path(__file__).parents[2] / "deploy" / "crds" / "nodedevices.lj-runtimekit.aliyun.com.yaml"
 SEED = int(os.environ.get("LJ_ORACLE_SEED", "35"))
-CASES = int(os.environ.get("LJ_ORACLE_CASES", "240"))
+CASES = int(os.environ.get("LJ_ORACLE_CASES", "400"))
 WIDTH = 16
 
 
@@ -43,7 +43,9 @@ def start_ours(
     started: list[OursProcess] = []
     logs = tmp_path_factory.mktemp("ours")
 
-    def start(name: str = "lj-runtimekit-scheduler", command: tuple[str, ...] | None = None) -> OursProcess:
+    def start(
+        name: str = "lj-runtimekit-scheduler", command: tuple[str, ...] | None = None
+    ) -> OursProcess:
         kw = {"command": command} if command else {}
         proc = OursProcess(cluster.kubeconfig, logs / f"{name}.log", name, **kw)
         proc.start()

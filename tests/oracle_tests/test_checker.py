@@ -46,7 +46,7 @@ def requests(**r: str) -> Json:
         ("250u", Fraction(1, 4000)),
         (".5", Fraction(1, 2)),
     ],
-    ids=lambda v: str(v),
+    ids=str,
 )
 def test_quantities_parse_exactly(text: str, value: Fraction) -> None:
     assert parse(text) == value
@@ -69,9 +69,17 @@ TOLERATIONS = [
     ({"key": "a", "value": "x"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, True),
     ({"key": "a", "value": "y"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, False),
     ({"operator": "Exists"}, {"key": "b", "effect": "NoExecute"}, True),
-    ({"key": "a", "operator": "Exists", "effect": "NoExecute"}, {"key": "a", "effect": "NoSchedule"}, False),
+    (
+        {"key": "a", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "a", "effect": "NoSchedule"},
+        False,
+    ),
     ({"key": "a", "operator": "Equal"}, {"key": "a", "effect": "NoSchedule"}, True),
-    ({"key": "a", "operator": "Gt", "value": "1"}, {"key": "a", "value": "2", "effect": "NoSchedule"}, False),
+    (
+        {"key": "a", "operator": "Gt", "value": "1"},
+        {"key": "a", "value": "2", "effect": "NoSchedule"},
+        False,
+    ),
 ]
 
 
@@ -84,36 +92,80 @@ def test_tolerations(toleration: Json, taint: Json, tolerated: bool) -> None:
 
 AFFINITY = [
     ("in", [{"matchExpressions": [{"key": "z", "operator": "In", "values": ["a"]}]}], True),
-    ("notin-missing", [{"matchExpressions": [{"key": "q", "operator": "NotIn", "values": ["a"]}]}], True),
+    (
+        "notin-missing",
+        [{"matchExpressions": [{"key": "q", "operator": "NotIn", "values": ["a"]}]}],
+        True,
+    ),
     ("exists", [{"matchExpressions": [{"key": "z", "operator": "Exists"}]}], True),
     ("doesnotexist", [{"matchExpressions": [{"key": "z", "operator": "DoesNotExist"}]}], False),
     ("gt", [{"matchExpressions": [{"key": "tier", "operator": "Gt", "values": ["2"]}]}], True),
     ("lt", [{"matchExpressions": [{"key": "tier", "operator": "Lt", "values": ["2"]}]}], False),
-    ("gt-not-int", [{"matchExpressions": [{"key": "z", "operator": "Gt", "values": ["1"]}]}], False),
+    (
+        "gt-not-int",
+        [{"matchExpressions": [{"key": "z", "operator": "Gt", "values": ["1"]}]}],
+        False,
+    ),
     ("empty-term", [{}], False),
     ("terms-ored", [{}, {"matchExpressions": [{"key": "z", "operator": "Exists"}]}], True),
-    ("field-name", [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}], True),
-    ("field-notin", [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n0"]}]}], False),
+    (
+        "field-name",
+        [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}],
+        True,
+    ),
+    (
+        "field-notin",
+        [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n0"]}]}],
+        False,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("terms", "matches"), [a[1:] for a in AFFINITY], ids=[a[0] for a in AFFINITY])
+@pytest.mark.parametrize(
+    ("terms", "matches"), [a[1:] for a in AFFINITY], ids=[a[0] for a in AFFINITY]
+)
 def test_required_node_affinity(terms: list[Json], matches: bool) -> None:
-    p = pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}})
+    p = pod(
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+            }
+        }
+    )
     assert checker.affinity_matches(p, node(labels={"z": "a", "tier": "3"})) is matches
 
 
 def test_node_selector_and_affinity_both_hold() -> None:
-    p = pod(nodeSelector={"z": "a"}, affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "z", "operator": "NotIn", "values": ["a"]}]}]}}})
+    p = pod(
+        nodeSelector={"z": "a"},
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "z", "operator": "NotIn", "values": ["a"]}]}
+                    ]
+                }
+            }
+        },
+    )
     assert not checker.affinity_matches(p, node(labels={"z": "a"}))
 
 
 def _fields(*terms: list[str]) -> Json:
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]} for n in names]}
-        for names in terms
-    ]}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [n]} for n in names
+                        ]
+                    }
+                    for names in terms
+                ]
+            }
+        }
+    }
 
 
 def test_names_in_every_term_limit_the_nodes_before_any_filter() -> None:
@@ -126,7 +178,8 @@ def test_names_in_every_term_limit_the_nodes_before_any_filter() -> None:
 
 def test_names_that_exclude_each_other_conflict() -> None:
     e = checker.expect(pod(affinity=_fields(["n0", "n1"])), [node("n0"), node("n1")], [])
-    assert e.prefilter == checker.AFFINITY_CONFLICT and not e.feasible
+    assert e.prefilter == checker.AFFINITY_CONFLICT
+    assert not e.feasible
 
 
 @pytest.mark.parametrize(
@@ -136,26 +189,58 @@ def test_names_that_exclude_each_other_conflict() -> None:
         # a regular init container runs alone: the larger of it and the containers
         ({"containers": [requests(cpu="1")], "initContainers": [requests(cpu="3")]}, 3000),
         # a sidecar runs with everything after it: added to the containers
-        ({"containers": [requests(cpu="1")],
-          "initContainers": [{**requests(cpu="2"), "restartPolicy": "Always"}]}, 3000),
+        (
+            {
+                "containers": [requests(cpu="1")],
+                "initContainers": [{**requests(cpu="2"), "restartPolicy": "Always"}],
+            },
+            3000,
+        ),
         # a regular init container *before* a sidecar does not run beside it
-        ({"containers": [requests(cpu="1")],
-          "initContainers": [requests(cpu="5"), {**requests(cpu="2"), "restartPolicy": "Always"}]}, 5000),
+        (
+            {
+                "containers": [requests(cpu="1")],
+                "initContainers": [
+                    requests(cpu="5"),
+                    {**requests(cpu="2"), "restartPolicy": "Always"},
+                ],
+            },
+            5000,
+        ),
         # ... and one after it does
-        ({"containers": [requests(cpu="1")],
-          "initContainers": [{**requests(cpu="2"), "restartPolicy": "Always"}, requests(cpu="5")]}, 7000),
+        (
+            {
+                "containers": [requests(cpu="1")],
+                "initContainers": [
+                    {**requests(cpu="2"), "restartPolicy": "Always"},
+                    requests(cpu="5"),
+                ],
+            },
+            7000,
+        ),
         # pod-level requests replace the containers' sum for cpu and memory
         ({"containers": [requests(cpu="1")], "resources": {"requests": {"cpu": "3"}}}, 3000),
         ({"containers": [requests(cpu="1")], "overhead": {"cpu": "250m"}}, 1250),
     ],
-    ids=["sum", "init", "sidecar", "init-before-sidecar", "init-after-sidecar", "pod-level", "overhead"],
+    ids=[
+        "sum",
+        "init",
+        "sidecar",
+        "init-before-sidecar",
+        "init-after-sidecar",
+        "pod-level",
+        "overhead",
+    ],
 )
 def test_pod_requests(spec: Json, want: int) -> None:
     assert checker.pod_requests(pod(**spec))["cpu"] == want
 
 
 def test_pod_level_requests_leave_other_resources_to_the_containers() -> None:
-    p = pod(containers=[requests(cpu="1", **{"example.com/w": "2"})], resources={"requests": {"memory": "1Gi"}})
+    p = pod(
+        containers=[requests(cpu="1", **{"example.com/w": "2"})],
+        resources={"requests": {"memory": "1Gi"}},
+    )
     assert checker.pod_requests(p) == {"cpu": 1000, "example.com/w": 2, "memory": 2**30}
 
 
@@ -194,15 +279,23 @@ def test_host_ports(want: tuple[str, str, int], used: tuple[str, str, int], conf
 
 def test_a_sidecars_ports_count_and_an_init_containers_do_not() -> None:
     port = {"containerPort": 80, "hostPort": 80}
-    p = pod(initContainers=[{"name": "s", "restartPolicy": "Always", "ports": [port]},
-                            {"name": "i", "ports": [{"containerPort": 81, "hostPort": 81}]}])
+    p = pod(
+        initContainers=[
+            {"name": "s", "restartPolicy": "Always", "ports": [port]},
+            {"name": "i", "ports": [{"containerPort": 81, "hostPort": 81}]},
+        ]
+    )
     assert checker.host_ports(p) == [("TCP", "0.0.0.0", 80)]
 
 
 def test_filters_in_kube_schedulers_order() -> None:
     # cordoned, tainted, unmatched and full at once: the first rule in order is the reason
-    n = node(labels={}, unschedulable=True, taints=[{"key": "t", "effect": "NoSchedule"}],
-             allocatable={"cpu": "0", "memory": "0", "pods": "0"})
+    n = node(
+        labels={},
+        unschedulable=True,
+        taints=[{"key": "t", "effect": "NoSchedule"}],
+        allocatable={"cpu": "0", "memory": "0", "pods": "0"},
+    )
     p = pod(nodeSelector={"x": "y"}, containers=[requests(cpu="1")])
     assert checker.node_reasons(p, n, []) == (checker.UNSCHEDULABLE,)
     p["spec"]["tolerations"] = [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]
@@ -219,9 +312,16 @@ def test_prefer_no_schedule_taints_do_not_filter() -> None:
 
 
 def test_the_histogram_counts_a_node_under_each_of_its_reasons() -> None:
-    nodes = [node("a", allocatable={"cpu": "0", "memory": "0", "pods": "9"}), node("b", unschedulable=True)]
+    nodes = [
+        node("a", allocatable={"cpu": "0", "memory": "0", "pods": "9"}),
+        node("b", unschedulable=True),
+    ]
     e = checker.expect(pod(containers=[requests(cpu="1", memory="1")]), nodes, [])
-    assert e.histogram() == {"Insufficient cpu": 1, "Insufficient memory": 1, checker.UNSCHEDULABLE: 1}
+    assert e.histogram() == {
+        "Insufficient cpu": 1,
+        "Insufficient memory": 1,
+        checker.UNSCHEDULABLE: 1,
+    }
 
 
 def test_a_placement_is_judged_without_the_pod_itself() -> None:

@@ -37,7 +37,9 @@ def test_an_unknown_family_is_refused() -> None:
         generate.enabled(["volume"])
 
 
-def _as_apiserver_keeps_it(case: Case, who: str = KUBE) -> tuple[dict[str, Any], list[Any], list[Any]]:
+def _as_apiserver_keeps_it(
+    case: Case, who: str = KUBE
+) -> tuple[dict[str, Any], list[Any], list[Any]]:
     copy = Copy(case, "r", 1, who, "ns", "s")
     nodes = [node_manifest(copy, n) for n in case.nodes]
     pods = [pod_manifest(copy, p, "existing") for p in case.existing]
@@ -58,7 +60,8 @@ def test_probes_fit_somewhere_about_as_often_as_not() -> None:
         e = checker.expect(probe, nodes, pods)
         verdicts["gated" if e.gated else "fits" if e.feasible else "refused"] += 1
         reasons.update(e.histogram().keys())
-    assert verdicts["fits"] > 60 and verdicts["refused"] > 60, verdicts
+    assert verdicts["fits"] > 60, verdicts
+    assert verdicts["refused"] > 60, verdicts
     # every reason kube-scheduler can give for these families comes up
     for reason in (
         checker.AFFINITY,
@@ -81,7 +84,9 @@ def test_pods_already_bound_fit_their_nodes() -> None:
             here = [p for p in pods if p["spec"]["nodeName"] == n["metadata"]["name"]]
             for i, p in enumerate(here):
                 others = here[:i]
-                assert not checker.resource_reasons(checker.pod_requests(p), n, others), case.describe()
+                assert not checker.resource_reasons(checker.pod_requests(p), n, others), (
+                    case.describe()
+                )
                 used = [port for o in others for port in checker.host_ports(o)]
                 assert not checker.ports_conflict(checker.host_ports(p), used), case.describe()
 
@@ -104,7 +109,8 @@ def test_the_two_copies_differ_only_in_their_names() -> None:
     k, o = (Copy(case, "r", 1, who, f"ns-{who}", "s") for who in (KUBE, OURS))
     nk, no = node_manifest(k, case.nodes[0]), node_manifest(o, case.nodes[0])
     assert nk["metadata"]["name"] != no["metadata"]["name"]
-    assert nk["status"] == no["status"] and nk["spec"] == no["spec"]
+    assert nk["status"] == no["status"]
+    assert nk["spec"] == no["spec"]
     pk, po = pod_manifest(k, case.probes[0], "probe"), pod_manifest(o, case.probes[0], "probe")
     assert pk["spec"]["nodeSelector"]["oracle.lj-runtimekit.io/case"] == k.token
     assert pk["metadata"]["name"] == po["metadata"]["name"]
@@ -114,14 +120,12 @@ def test_gpu_cases_ask_for_our_resources() -> None:
     cases = [generate.generate(3, i, ("gpu",)) for i in range(20)]
     assert all(c.gpu and c.families == ("gpu",) for c in cases)
     asked = {
-        r
-        for c in cases
-        for p in c.probes
-        for r in p.spec["containers"][0]["resources"]["limits"]
+        r for c in cases for p in c.probes for r in p.spec["containers"][0]["resources"]["limits"]
     }
     assert asked == {"aliyun.com/gpu", "aliyun.com/gpu-core", "aliyun.com/gpu-memory"}
 
 
 def test_a_case_describes_itself_with_the_command_that_reproduces_it() -> None:
     text = generate.generate(35, 4).describe()
-    assert "--seed 35 --only 4" in text and "probe probe:" in text
+    assert "--seed 35 --only 4" in text
+    assert "probe probe:" in text

@@ -33,13 +33,16 @@ def test_a_prefilter_refusal_is_pod_level() -> None:
 
 
 def test_a_gated_pod() -> None:
-    r = messages.parse_kube("Scheduling is blocked due to non-empty scheduling gates", "SchedulingGated")
+    r = messages.parse_kube(
+        "Scheduling is blocked due to non-empty scheduling gates", "SchedulingGated"
+    )
     assert r.gated
 
 
 def test_ours_in_kube_schedulers_terms() -> None:
     r = messages.parse_ours(
-        "0/12 nodes are available: 7 NodeAffinity: node(s) didn't match Pod's node affinity/selector, "
+        "0/12 nodes are available: 7 NodeAffinity: node(s) didn't match Pod's node "
+        "affinity/selector, "
         "3 NodeUnschedulable: node(s) were unschedulable, 1 NodeResourcesFit: Insufficient cpu, "
         "Insufficient memory, 1 TaintToleration: node(s) had untolerated taint(s)."
     )
@@ -53,14 +56,19 @@ def test_ours_in_kube_schedulers_terms() -> None:
     }
     assert r.plugins["Insufficient memory"] == "NodeResourcesFit"
     assert messages.kinds(r.counts) == {
-        "NodeAffinity": 7, "NodeUnschedulable": 3, "NodeResourcesFit": 2, "TaintToleration": 1
+        "NodeAffinity": 7,
+        "NodeUnschedulable": 3,
+        "NodeResourcesFit": 2,
+        "TaintToleration": 1,
     }
 
 
 def test_ours_with_reasons_left_out_and_devices_in_parentheses() -> None:
     r = messages.parse_ours(
-        "0/4 nodes are available: 2 GpuFit: no GPU has 60 core free (gpu-0: 30 core, gpu-1: 0 core), "
-        "1 NodePorts: node(s) didn't have free ports for the requested pod ports, and 1 other reason."
+        "0/4 nodes are available: 2 GpuFit: no GPU has 60 core free (gpu-0: 30 core, "
+        "gpu-1: 0 core), "
+        "1 NodePorts: node(s) didn't have free ports for the requested pod ports, "
+        "and 1 other reason."
     )
     assert r.counts == {
         "no GPU has 60 core free (gpu-0: 30 core, gpu-1: 0 core)": 2,
@@ -70,10 +78,14 @@ def test_ours_with_reasons_left_out_and_devices_in_parentheses() -> None:
 
 
 def test_ours_pod_level_and_gated() -> None:
-    gated = messages.parse_ours("SchedulingGates: waiting for scheduling gates ['example.com/wait']")
-    assert gated.gated and gated.pod_level_plugin == "SchedulingGates"
+    gated = messages.parse_ours(
+        "SchedulingGates: waiting for scheduling gates ['example.com/wait']"
+    )
+    assert gated.gated
+    assert gated.pod_level_plugin == "SchedulingGates"
     conflict = messages.parse_ours("NodeAffinity: pod affinity terms conflict")
-    assert conflict.pod_level == "pod affinity terms conflict" and not conflict.gated
+    assert conflict.pod_level == "pod affinity terms conflict"
+    assert not conflict.gated
 
 
 @given(st.text(max_size=200))

@@ -5,6 +5,7 @@ are kube-scheduler's, taken from its own messages in those runs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from lj_runtimekit_scheduler import objects
@@ -42,7 +43,7 @@ def cpu(amount: str) -> Json:
     return {"name": "c", "resources": {"requests": {"cpu": amount}}}
 
 
-def schedule(want: Json, nodes: list[Json], bound: list[Json] = ()) -> tuple[Result, str]:  # type: ignore[assignment]
+def schedule(want: Json, nodes: list[Json], bound: Sequence[Json] = ()) -> tuple[Result, str]:
     state = ClusterState()
     for n in nodes:
         state.set_node(objects.node(n))
@@ -57,7 +58,7 @@ def test_a_node_tainted_and_unmatched_counts_as_untolerated_as_kube_scheduler_co
     # kube-scheduler filters TaintToleration before NodeAffinity; ours had them the other way,
     # so every tainted node that also missed the selector was counted under NodeAffinity
     nodes = [node("n1", taints=[{"key": "t", "effect": "NoSchedule"}]), node("n2")]
-    result, text = schedule(pod(nodeSelector={"zone": "a"}), nodes)
+    result, _ = schedule(pod(nodeSelector={"zone": "a"}), nodes)
     assert result.reasons == {
         "n1": "TaintToleration: node(s) had untolerated taint(s)",
         "n2": "NodeAffinity: node(s) didn't match Pod's node affinity/selector",
@@ -66,7 +67,9 @@ def test_a_node_tainted_and_unmatched_counts_as_untolerated_as_kube_scheduler_co
 
 def test_an_untolerated_taint_is_worded_as_kube_scheduler_words_it() -> None:
     # v1.37 names no taint ("node(s) had untolerated taint {t: v}" before)
-    _, text = schedule(pod(), [node("n1", taints=[{"key": "t", "value": "v", "effect": "NoExecute"}])])
+    _, text = schedule(
+        pod(), [node("n1", taints=[{"key": "t", "value": "v", "effect": "NoExecute"}])]
+    )
     assert text == "0/1 nodes are available: 1 TaintToleration: node(s) had untolerated taint(s)."
 
 
@@ -74,30 +77,39 @@ def test_a_node_with_no_pod_slot_left_is_too_many_pods() -> None:
     full = node("n1", allocatable={"cpu": "1", "memory": "1Gi", "pods": "1"})
     _, text = schedule(pod(containers=[cpu("2")]), [full], [pod("e", "n1")])
     # the pod count first, then cpu, as kube-scheduler lists them ("Insufficient pods" before)
-    assert text == (
-        "0/1 nodes are available: 1 NodeResourcesFit: Too many pods, Insufficient cpu."
-    )
+    assert text == ("0/1 nodes are available: 1 NodeResourcesFit: Too many pods, Insufficient cpu.")
 
 
 def test_a_regular_init_container_before_a_sidecar_does_not_run_beside_it() -> None:
     # containers 1 + sidecar 2 = 3; the init container (5) runs before the sidecar starts: 5,
     # not 5 + 2 (ours counted 7 and refused a node with 6 cpu)
-    spec = {
+    spec: Json = {
         "containers": [cpu("1")],
-        "initContainers": [{**cpu("5"), "name": "i"}, {**cpu("2"), "name": "s", "restartPolicy": "Always"}],
+        "initContainers": [
+            {**cpu("5"), "name": "i"},
+            {**cpu("2"), "name": "s", "restartPolicy": "Always"},
+        ],
     }
     assert objects.effective_requests(spec)["cpu"] == 5000
-    result, _ = schedule(pod(**spec), [node("n1", allocatable={"cpu": "6", "memory": "1Gi", "pods": "9"})])
+    result, _ = schedule(
+        pod(**spec), [node("n1", allocatable={"cpu": "6", "memory": "1Gi", "pods": "9"})]
+    )
     assert result.node == "n1"
 
 
 def test_pod_level_requests_are_what_the_pod_asks() -> None:
     # spec.resources (PodLevelResources, on by default since v1.34) replaces the containers' sum
     # for cpu and memory; ours read only the containers and overcommitted the node
-    spec = {"containers": [cpu("1")], "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}}
+    spec: Json = {
+        "containers": [cpu("1")],
+        "resources": {"requests": {"cpu": "3", "memory": "1Gi"}},
+    }
     assert objects.effective_requests(spec) == {"cpu": 3000, "memory": 2**30, "pods": 1}
-    result, text = schedule(pod(**spec), [node("n1", allocatable={"cpu": "2", "memory": "4Gi", "pods": "9"})])
-    assert result.node is None and "Insufficient cpu" in text
+    result, text = schedule(
+        pod(**spec), [node("n1", allocatable={"cpu": "2", "memory": "4Gi", "pods": "9"})]
+    )
+    assert result.node is None
+    assert "Insufficient cpu" in text
 
 
 def test_a_sidecars_host_port_is_held() -> None:
@@ -113,16 +125,29 @@ def test_a_sidecars_host_port_is_held() -> None:
 
 
 def _names(*terms: list[str]) -> Json:
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]} for n in names]}
-        for names in terms
-    ]}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [n]} for n in names
+                        ]
+                    }
+                    for names in terms
+                ]
+            }
+        }
+    }
 
 
 def test_nodes_no_term_names_are_not_evaluated() -> None:
     # every term names its node: kube-scheduler's PreFilter result; a cordoned node outside it
     # is "didn't satisfy plugin(s) [NodeAffinity]", not "were unschedulable"
-    nodes = [node("n1", unschedulable=True), node("n2", allocatable={"cpu": "0", "memory": "0", "pods": "9"})]
+    nodes = [
+        node("n1", unschedulable=True),
+        node("n2", allocatable={"cpu": "0", "memory": "0", "pods": "9"}),
+    ]
     _, text = schedule(pod(affinity=_names(["n2"]), containers=[cpu("1")]), nodes)
     assert text == (
         "0/2 nodes are available: 1 NodeAffinity: node(s) didn't satisfy plugin(s) "
@@ -132,5 +157,6 @@ def test_nodes_no_term_names_are_not_evaluated() -> None:
 
 def test_terms_naming_no_node_at_all_conflict() -> None:
     result, text = schedule(pod(affinity=_names(["n1", "n2"])), [node("n1"), node("n2")])
-    assert result.node is None and result.unresolvable
+    assert result.node is None
+    assert result.unresolvable
     assert text == "NodeAffinity: pod affinity terms conflict"

@@ -65,7 +65,7 @@ def effective_requests(spec: Json) -> Resources:
             init_peak[k] = max(init_peak.get(k, 0), v)
     for k, v in init_peak.items():
         total[k] = max(total.get(k, 0), v)
-    pod_level = resources(((spec.get("resources") or {}).get("requests")))
+    pod_level = resources((spec.get("resources") or {}).get("requests"))
     for k, v in pod_level.items():
         if k in POD_LEVEL or k.startswith("hugepages-"):
             total[k] = v

@@ -164,7 +164,9 @@ def host_ports(pod: Json) -> list[tuple[str, str, int]]:
     ]
 
 
-def ports_conflict(wanted: Iterable[tuple[str, str, int]], used: Sequence[tuple[str, str, int]]) -> bool:
+def ports_conflict(
+    wanted: Iterable[tuple[str, str, int]], used: Sequence[tuple[str, str, int]]
+) -> bool:
     for proto, ip, port in wanted:
         for uproto, uip, uport in used:
             same_port = (proto, port) == (uproto, uport)
@@ -297,7 +299,8 @@ def expect(pod: Json, nodes: Sequence[Json], pods: Sequence[Json]) -> Expectatio
     allowed = prefiltered_names(pod)
     if allowed is not None and not allowed:
         return Expectation(frozenset(), prefilter=AFFINITY_CONFLICT)
-    feasible, reasons = set(), {}
+    feasible: set[str] = set()
+    reasons: dict[str, tuple[str, ...]] = {}
     for node in nodes:
         name = node["metadata"]["name"]
         if allowed is not None and name not in allowed:

@@ -6,6 +6,12 @@ implement yet are listed in :data:`PENDING` with the branch that brings them, re
 are turned on (``enabled(...)`` raises), so a run never quietly tests less than it says.
 Values are small on purpose: few label values, few taint keys, capacities near the requests,
 so that a probe fits on some nodes and not on others, for reasons that compete.
+
+A new family: its name and what it covers in :data:`FAMILIES` (out of :data:`PENDING`), its
+objects drawn in :class:`_Gen` under ``if "<family>" in self.on`` (values that define topology
+domains as ``@name``, node names as ``#n0``, so that each copy gets its own), its rules in
+:mod:`.checker` in kube-scheduler's filter order, its reasons' words in :mod:`.messages`; objects
+of new kinds (PVs, PriorityClasses, PDBs) created and deleted by the runner with the batch.
 """
 
 from __future__ import annotations
@@ -143,10 +149,14 @@ class _Gen:
             if WIDGET in req or ("resources" in self.on and self.p(0.25)):
                 # extended resources need limits equal to requests; limits alone default requests
                 limits_only = "resources" in self.on and self.p(0.5)
-                c["resources"] = {"limits": dict(req)} if limits_only else {
-                    "requests": dict(req),
-                    "limits": {k: v for k, v in req.items() if k == WIDGET},
-                }
+                c["resources"] = (
+                    {"limits": dict(req)}
+                    if limits_only
+                    else {
+                        "requests": dict(req),
+                        "limits": {k: v for k, v in req.items() if k == WIDGET},
+                    }
+                )
             else:
                 c["resources"] = {"requests": dict(req)}
         return c
@@ -185,7 +195,11 @@ class _Gen:
             out.append({"operator": "Exists"})
         if "unschedulable" in self.on and self.p(0.3):
             out.append(
-                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+                {
+                    "key": "node.kubernetes.io/unschedulable",
+                    "operator": "Exists",
+                    "effect": "NoSchedule",
+                }
             )
         return out
 
@@ -211,8 +225,11 @@ class _Gen:
         op = self.pick(("In", "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"))
         if key == "kubernetes.io/hostname":
             names = [f"#{n.name}" for n in nodes] + ["#nx"]
-            return {"key": key, "operator": self.pick(("In", "NotIn")),
-                    "values": sorted(set(self.rng.sample(names, self.rng.randint(1, 2))))}
+            return {
+                "key": key,
+                "operator": self.pick(("In", "NotIn")),
+                "values": sorted(set(self.rng.sample(names, self.rng.randint(1, 2)))),
+            }
         if op in ("Gt", "Lt"):
             key = "tier"
             return {"key": key, "operator": op, "values": [self.pick(("0", "2", "3", "6"))]}
@@ -236,19 +253,30 @@ class _Gen:
                     fields = []
                     for _ in range(self.rng.randint(1, 2)):
                         if self.target is not None and self.p(0.6):
-                            fields.append({"key": "metadata.name", "operator": "In",
-                                           "values": [f"#{self.target.name}"]})
+                            fields.append(
+                                {
+                                    "key": "metadata.name",
+                                    "operator": "In",
+                                    "values": [f"#{self.target.name}"],
+                                }
+                            )
                         else:
-                            fields.append({"key": "metadata.name",
-                                           "operator": self.pick(("In", "NotIn")),
-                                           "values": [self.pick(names)]})
+                            fields.append(
+                                {
+                                    "key": "metadata.name",
+                                    "operator": self.pick(("In", "NotIn")),
+                                    "values": [self.pick(names)],
+                                }
+                            )
                     term["matchFields"] = fields
                 terms.append(term)  # an empty term matches no node
             aff["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
         if "preferred" in self.on:
             aff["preferredDuringSchedulingIgnoredDuringExecution"] = [
-                {"weight": self.rng.randint(1, 100),
-                 "preference": {"matchExpressions": [self.expression(nodes)]}}
+                {
+                    "weight": self.rng.randint(1, 100),
+                    "preference": {"matchExpressions": [self.expression(nodes)]},
+                }
             ]
         return aff
 
@@ -268,10 +296,13 @@ class _Gen:
                 noexec = [t for t in node.taints if t["effect"] == "NoExecute"]
                 if noexec:
                     spec["tolerations"] = [
-                        {"key": t["key"], "operator": "Exists", "effect": "NoExecute"} for t in noexec
+                        {"key": t["key"], "operator": "Exists", "effect": "NoExecute"}
+                        for t in noexec
                     ]
                 if _fits(spec, node, placed):
-                    placed.append({"spec": {**_defaulted(spec), "nodeName": node.name}, "metadata": {}})
+                    placed.append(
+                        {"spec": {**_defaulted(spec), "nodeName": node.name}, "metadata": {}}
+                    )
                     out.append(PodSpec(f"{node.name}-e{j}", spec, {"app": f"e{j}"}, node.name))
         return out
 
@@ -310,9 +341,10 @@ class _Gen:
             spec["nodeSelector"] = selector
         if aff := self.node_affinity(nodes):
             spec["affinity"] = {"nodeAffinity": aff}
-        if "taints" in self.on or "unschedulable" in self.on:
-            if tols := self.tolerations(nodes):
-                spec["tolerations"] = tols
+        if ("taints" in self.on or "unschedulable" in self.on) and (
+            tols := self.tolerations(nodes)
+        ):
+            spec["tolerations"] = tols
         if "scheduling_gates" in self.on and self.p(0.2):
             spec["schedulingGates"] = [{"name": "example.com/wait"}]
         if "node_name" in self.on and "schedulingGates" not in spec and self.p(0.15):
@@ -376,7 +408,7 @@ def _quantity(resource: str, value: Any) -> str:
 def generate(seed: int, index: int, families: tuple[str, ...] = COMPARED) -> Case:
     """Case ``index`` of ``seed`` with the families drawn from ``families``."""
     if "gpu" in families:
-        from lj_runtimekit_testkit.oracle.gpu import gpu_case  # noqa: PLC0415
+        from lj_runtimekit_testkit.oracle.gpu import gpu_case
 
         return gpu_case(seed, index)
     return _Gen(seed, index, enabled(families)).case()

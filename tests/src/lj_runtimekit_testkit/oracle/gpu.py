@@ -64,12 +64,18 @@ def gpu_case(seed: int, index: int) -> Case:
         if rng.random() < 0.5:
             ask = {GPU: str(rng.randint(1, 3))}
         else:
-            ask = {CORE: str(rng.choice((10, 25, 50, 60, 100))), MEMORY: str(rng.choice((1, 8, 20, 40)))}
+            ask = {
+                CORE: str(rng.choice((10, 25, 50, 60, 100))),
+                MEMORY: str(rng.choice((1, 8, 20, 40))),
+            }
         ask["cpu"] = "100m"
         container = {
             "name": "main",
             "image": "busybox",
-            "resources": {"requests": dict(ask), "limits": {k: v for k, v in ask.items() if k != "cpu"}},
+            "resources": {
+                "requests": dict(ask),
+                "limits": {k: v for k, v in ask.items() if k != "cpu"},
+            },
         }
         probes.append(PodSpec(f"g{j}", {"containers": [container]}, {"app": "gpu"}))
     return Case(seed, index, ("gpu",), tuple(nodes), (), tuple(probes), gpu=True)
@@ -87,7 +93,10 @@ def _asks(pod: Json) -> list[tuple[str, int, int, int]]:
     """(container, whole GPUs, core, GiB) of each container asking our GPUs."""
     out = []
     for c in pod["spec"].get("containers") or ():
-        lim = {**((c.get("resources") or {}).get("requests") or {}), **((c.get("resources") or {}).get("limits") or {})}
+        lim = {
+            **((c.get("resources") or {}).get("requests") or {}),
+            **((c.get("resources") or {}).get("limits") or {}),
+        }
         g, core, mem = (int(lim.get(k, 0)) for k in (GPU, CORE, MEMORY))
         if g or core or mem:
             out.append((c["name"], g, core, mem))
@@ -99,8 +108,10 @@ def _inventory(devices: Mapping[str, Json], node: str) -> dict[str, Json]:
     return {d["id"]: d for d in ((obj or {}).get("status") or {}).get("devices") or ()}
 
 
-def judge(case: Case, observed: Sequence[Any], final: Any, devices: Mapping[str, Json]) -> list[Any]:
-    from lj_runtimekit_testkit.oracle.judge import BOUND, REFUSED, Finding  # noqa: PLC0415
+def judge(
+    case: Case, observed: Sequence[Any], final: Any, devices: Mapping[str, Json]
+) -> list[Any]:
+    from lj_runtimekit_testkit.oracle.judge import BOUND, REFUSED, Finding
 
     found: list[Finding] = []
 
@@ -155,24 +166,29 @@ def judge(case: Case, observed: Sequence[Any], final: Any, devices: Mapping[str,
         if use.whole > 1 or (use.whole and (use.core or use.memory)):
             add("placement", f"{node}/{dev_id} given whole and more: {use.holders}")
         if use.core > 100 or use.memory > memory:
-            add("placement", f"{node}/{dev_id} over-shared ({use.core} core, {use.memory} GiB): {use.holders}")
+            add(
+                "placement",
+                f"{node}/{dev_id} over-shared ({use.core} core, {use.memory} GiB): {use.holders}",
+            )
     for o in observed:
         if o.verdict == REFUSED and (room := _room(o.pod, final, devices, uses)):
             add("verdict", f"{o.pod['metadata']['name']} refused, but {room} had room for it")
     return found
 
 
-def _room(pod: Json, final: Any, devices: Mapping[str, Json], uses: Mapping[tuple[str, str], _Use]) -> str | None:
+def _room(
+    pod: Json, final: Any, devices: Mapping[str, Json], uses: Mapping[tuple[str, str], _Use]
+) -> str | None:
     """A node where ``pod`` would fit now by the contract's rules, or None."""
     for node in final.nodes:
         name = node["metadata"]["name"]
-        if (node["metadata"].get("labels") or {}).get(FEATURE_LABEL) != "true" or name not in devices:
+        if (node["metadata"].get("labels") or {}).get(
+            FEATURE_LABEL
+        ) != "true" or name not in devices:
             continue
         if checker.placement_violations(pod, name, final.nodes, final.pods):
             continue
-        free = {
-            i: d for i, d in _inventory(devices, name).items() if d.get("healthy") is True
-        }
+        free = {i: d for i, d in _inventory(devices, name).items() if d.get("healthy") is True}
         ok = True
         for _, g, core, mem in _asks(pod):
             idle = [i for i in free if (name, i) not in uses]
@@ -188,7 +204,7 @@ def _room(pod: Json, final: Any, devices: Mapping[str, Json], uses: Mapping[tupl
                 ]
                 ok = ok and bool(fits)
         if ok:
-            return name
+            return str(name)
     return None
 
 

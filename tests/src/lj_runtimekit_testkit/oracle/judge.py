@@ -124,7 +124,7 @@ def judge_pair(
             add("isolation", f"{o.copy.who}: {o.flipped}")
     if found:
         return found
-    if kube.verdict == PRESET or ours.verdict == PRESET:
+    if PRESET in (kube.verdict, ours.verdict):
         if kube.verdict != ours.verdict:
             add("verdict", "a pod created with spec.nodeName was handled by a scheduler")
         return found
@@ -132,25 +132,30 @@ def judge_pair(
     o_exp = expect(ours.pod, snap.nodes, snap.pods)
     # 1. kube-scheduler against the checker: the checker's own trustworthiness
     if kube.verdict != _verdict_of(k_exp):
-        add("checker", f"the checker expects {_verdict_of(k_exp)} "
-            f"(feasible: {sorted(k_exp.feasible)}), kube-scheduler {kube.verdict}")
+        add(
+            "checker",
+            f"the checker expects {_verdict_of(k_exp)} "
+            f"(feasible: {sorted(k_exp.feasible)}), kube-scheduler {kube.verdict}",
+        )
     elif kube.verdict == BOUND:
         for why in _placement(kube, snap, "kube-scheduler"):
             add("checker", why)
     elif kube.verdict == REFUSED and kube.refusal is not None:
-        predicted = Refusal(
-            "", len(snap.nodes), k_exp.histogram(), pod_level=k_exp.prefilter
-        )
+        predicted = Refusal("", len(snap.nodes), k_exp.histogram(), pod_level=k_exp.prefilter)
         if (diff := _counts_differ(predicted, kube.refusal)) is not None:
             add("checker", f"the checker's counts differ from kube-scheduler's: {diff}")
     # 2. ours against kube-scheduler
     if ours.verdict != kube.verdict:
         add("verdict", f"ours {ours.verdict}, kube-scheduler {kube.verdict}")
-    elif ours.verdict == REFUSED and ours.refusal is not None and kube.refusal is not None:
-        if (diff := _counts_differ(ours.refusal, kube.refusal)) is not None:
-            same_kinds = messages.kinds(ours.refusal.counts) == messages.kinds(kube.refusal.counts)
-            add("wording" if same_kinds and ours.refusal.nodes == kube.refusal.nodes
-                else "reason", diff)
+    elif (
+        ours.verdict == REFUSED
+        and ours.refusal is not None
+        and kube.refusal is not None
+        and (diff := _counts_differ(ours.refusal, kube.refusal)) is not None
+    ):
+        same_kinds = messages.kinds(ours.refusal.counts) == messages.kinds(kube.refusal.counts)
+        same_nodes = ours.refusal.nodes == kube.refusal.nodes
+        add("wording" if same_kinds and same_nodes else "reason", diff)
     # 3. ours against the checker
     if ours.verdict == BOUND:
         for why in _placement(ours, snap, "ours"):

@@ -25,9 +25,9 @@ def parse(text: str | int) -> Fraction:
     m = _FORM.match(text.strip())
     if m is None:
         raise ValueError(f"not a quantity: {text!r}")
-    number, suffix = Fraction(m.group(1)), m.group(2) or ""
+    number, suffix = Fraction(str(m.group(1))), str(m.group(2) or "")
     if suffix in _BINARY:
-        return number * 2 ** _BINARY[suffix]
+        return number * Fraction(2) ** _BINARY[suffix]
     if suffix in _DECIMAL:
         return number * Fraction(10) ** _DECIMAL[suffix]
     return number * Fraction(10) ** int(suffix[1:])

@@ -66,7 +66,7 @@ def run(
     progress: bool = False,
 ) -> Report:
     """Generate and run ``count`` cases of ``seed`` from ``start`` (or just ``only``)."""
-    from lj_runtimekit_testkit.oracle.generate import generate  # noqa: PLC0415
+    from lj_runtimekit_testkit.oracle.generate import generate
 
     t0 = time.monotonic()
     cases = (

@@ -5,9 +5,9 @@ each with its own nodes, its own namespace (from a pool of ``2 × width``) and i
 values, so copies cannot see each other's pods or domains. One batch:
 
 1. create the copies' nodes (and NodeDevices), then the pods already bound to them;
-2. wait, in the API, until every node is Ready, the not-ready taint is gone and a cordoned
-   node carries the unschedulable taint (kube-controller-manager's writes: the schedulers must
-   see the node as it will stay);
+2. wait, in the API, until KWOK reports every node Ready, lift the not-ready taint the apiserver
+   puts on a new node (kube-controller-manager would, at 20 writes/s) and see every node as it
+   will stay (a cordoned one is created with the unschedulable taint it would add);
 3. **barrier**: label the *sentinel* node with a fresh token, then create one pod per scheduler
    that only the sentinel with that token can take. A scheduler that binds it has seen that
    label, so (one watch per kind, in resourceVersion order) every node write before it, and the
@@ -24,6 +24,7 @@ Everything a run makes carries its run label; ``close`` deletes it all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -62,6 +63,7 @@ from lj_runtimekit_testkit.oracle.judge import (
     Snapshot,
     judge_pair,
 )
+from lj_runtimekit_testkit.oracle.messages import Refusal
 from lj_runtimekit_testkit.oracle.ours import DEFAULT_NAME
 from lj_runtimekit_testkit.oracle.streams import Stream
 
@@ -109,6 +111,12 @@ def _wait(cond: threading.Condition, what: str, check: Callable[[], Any], deadli
         return result
 
 
+def _read(resp: Any) -> bytes:
+    """The whole answer, read before its connection goes back to the pool (unread bytes would
+    be the next request's answer)."""
+    return bytes(resp.data)
+
+
 def _ready(node: Json) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or ()
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -133,11 +141,12 @@ class Harness:
     ) -> None:
         self.cluster, self.ours, self.width = cluster, ours, width
         self.run = run or uuid.uuid4().hex[:6]
-        self.api = cluster.api_client(pool_size=48)
-        self.stream_api = cluster.api_client(pool_size=8)
+        # Any: raw JSON in and out (_preload_content=False), past the typed models
+        self.api: Any = cluster.api_client(pool_size=48)
+        self.stream_api: Any = cluster.api_client(pool_size=8)
         """The streams' own connections (a watch's connection is closed, never pooled)."""
-        self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        self.core: Any = client.CoreV1Api(self.api)
+        self.custom: Any = client.CustomObjectsApi(self.api)
         self.pool = ThreadPoolExecutor(12)
         self.changed = threading.Condition()
         self.sentinel = f"oracle-{self.run}-sentinel"
@@ -152,7 +161,7 @@ class Harness:
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> Harness:
         selector = f"{RUN_LABEL}={self.run}"
-        watching = client.CoreV1Api(self.stream_api)
+        watching: Any = client.CoreV1Api(self.stream_api)
         self.pods = Stream(
             watching.list_pod_for_all_namespaces, "pods", self.changed, label_selector=selector
         )
@@ -208,7 +217,7 @@ class Harness:
         """Delete everything of the run (nodes, namespaces, inventories) and stop the streams."""
         selector = f"{RUN_LABEL}={self.run}"
         try:
-            self._delete_batch(selector, list(self.namespaces.values()) + [self.barrier_ns])
+            self._delete_batch(selector, [*self.namespaces.values(), self.barrier_ns])
             for ns in [self.barrier_ns, *self.namespaces.values()]:
                 try:
                     self.core.delete_namespace(ns)
@@ -224,9 +233,7 @@ class Harness:
 
     # ------------------------------------------------------------------ writes
     def _create_node(self, body: Json) -> None:
-        # read the answer before the connection goes back to the pool (unread bytes would be
-        # the next request's answer)
-        self.core.create_node(body, _preload_content=False).data  # noqa: B018
+        _read(self.core.create_node(body, _preload_content=False))
 
     def _create_pod(self, body: Json) -> Json:
         resp = self.core.create_namespaced_pod(
@@ -287,9 +294,11 @@ class Harness:
         have = _wait(self.changed, f"{len(taints)} nodes Ready", ready, 120)
         lift = [n for n in taints if NOT_READY in _taint_keys(have[n])]
         self._map(
-            lambda n: self.core.patch_node(
-                n, {"spec": {"taints": taints[n] or None}}, _preload_content=False
-            ).data,
+            lambda n: _read(
+                self.core.patch_node(
+                    n, {"spec": {"taints": taints[n] or None}}, _preload_content=False
+                )
+            ),
             lift,
         )
 
@@ -303,9 +312,13 @@ class Harness:
     def barrier(self) -> None:
         """Return once both schedulers have seen every node and pod write made before it."""
         token = uuid.uuid4().hex[:10]
-        self.core.patch_node(
-            self.sentinel, {"metadata": {"labels": {BARRIER_LABEL: token}}}, _preload_content=False
-        ).data  # noqa: B018
+        _read(
+            self.core.patch_node(
+                self.sentinel,
+                {"metadata": {"labels": {BARRIER_LABEL: token}}},
+                _preload_content=False,
+            )
+        )
         made = []
         for who, scheduler in ((KUBE, KUBE_SCHEDULER), (OURS, self.ours)):
             body = {
@@ -340,7 +353,9 @@ class Harness:
     # ------------------------------------------------------------------ verdicts
     def _events_of(self, uid: str) -> list[Json]:
         found = [
-            e for e in self.events.objects.values() if (e.get("involvedObject") or {}).get("uid") == uid
+            e
+            for e in self.events.objects.values()
+            if (e.get("involvedObject") or {}).get("uid") == uid
         ]
         return sorted(found, key=lambda e: e.get("firstTimestamp") or e.get("eventTime") or "")
 
@@ -353,8 +368,8 @@ class Harness:
         node = pod["spec"].get("nodeName")
         events = self._events_of(pod["metadata"]["uid"])
         if o.copy.who == OURS and events:
-            refusal = messages.parse_ours(events[0].get("message") or "")
-            verdict = GATED if refusal.gated else REFUSED
+            refusal: Refusal | None = messages.parse_ours(events[0].get("message") or "")
+            verdict = GATED if refusal is not None and refusal.gated else REFUSED
             if not preset and node:
                 verdict, refusal = BOUND, None
             self._set(o, verdict, node, refusal)
@@ -410,7 +425,10 @@ class Harness:
         self._map(self._create_node, node_bodies)
         devices = [node_devices_manifest(c, n) for c in every for n in c.case.nodes if n.devices]
         self._map(self._create_devices, devices)
-        self._map(self._create_pod, [pod_manifest(c, p, "existing") for c in every for p in c.case.existing])
+        self._map(
+            self._create_pod,
+            [pod_manifest(c, p, "existing") for c in every for p in c.case.existing],
+        )
         names = {b["metadata"]["name"] for b in node_bodies}
         self._settle({b["metadata"]["name"]: b["spec"]["taints"] for b in node_bodies})
         t = self.timings.add("setup", t)
@@ -426,10 +444,10 @@ class Harness:
                 self._look(o)
             return all(o.verdict != UNDECIDED for o in observed)
 
-        try:
-            _wait(self.changed, f"batch {batch}'s {len(observed)} probes decided", decided, deadline_s)
-        except TimeoutError:
-            pass  # the undecided ones are findings
+        with contextlib.suppress(TimeoutError):  # the undecided ones are findings
+            _wait(
+                self.changed, f"batch {batch}'s {len(observed)} probes decided", decided, deadline_s
+            )
         t = self.timings.add("decide", t)
         self.barrier()
         with self.changed:
@@ -443,7 +461,9 @@ class Harness:
         def gone() -> bool:
             pods = (p for p in self.pods.objects.values())
             left_pods = any(p["metadata"]["labels"].get(BATCH_LABEL) == str(batch) for p in pods)
-            return not left_pods and not (names & {n["metadata"]["name"] for n in self.nodes.objects.values()})
+            return not left_pods and not (
+                names & {n["metadata"]["name"] for n in self.nodes.objects.values()}
+            )
 
         _wait(self.changed, f"batch {batch} deleted", gone, 120)
         self.timings.add("cleanup", t)
@@ -451,9 +471,8 @@ class Harness:
         return results
 
     def _snapshot(self) -> Snapshot:
-        nodes = json.loads(self.core.list_node(_preload_content=False).data)["items"]
-        pods = json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
-        return Snapshot(tuple(nodes), tuple(pods))
+        nodes = json.loads(_read(self.core.list_node(_preload_content=False)))["items"]
+        return Snapshot(tuple(nodes), tuple(self._final_pods()))
 
     def _judge(
         self, copies: list[tuple[Case, list[Copy]]], observed: list[Observed], snap: Snapshot
@@ -476,7 +495,8 @@ class Harness:
         return out
 
     def _final_pods(self) -> list[Json]:
-        return json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+        resp = self.core.list_pod_for_all_namespaces(_preload_content=False)
+        return list(json.loads(_read(resp))["items"])
 
     def _devices(self) -> dict[str, Json]:
         found = self.custom.list_cluster_custom_object(

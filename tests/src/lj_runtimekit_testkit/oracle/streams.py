@@ -104,7 +104,9 @@ class Stream:
             resp.close()
         return rv
 
-    def wait_for(self, what: str, check: Callable[[dict[str, Json]], Any], deadline_s: float) -> Any:
+    def wait_for(
+        self, what: str, check: Callable[[dict[str, Json]], Any], deadline_s: float
+    ) -> Any:
         """Until ``check(objects)`` is truthy (called under the lock at each change); returns
         it. Raises TimeoutError naming ``what``."""
         deadline = time.monotonic() + deadline_s
