@@ -10,8 +10,6 @@ from ..state import NodeInfo
 
 NAME = "NodeAffinity"
 MISMATCH = fail("node(s) didn't match Pod's node affinity/selector")
-CONFLICT = fail("pod affinity terms conflict", unresolvable=True)
-"""Every term names nodes, and no node is named by all requirements of any term."""
 
 
 def _holds(r: Requirement, node: Node, labels: Mapping[str, str]) -> bool:
@@ -41,6 +39,10 @@ def _holds(r: Requirement, node: Node, labels: Mapping[str, str]) -> bool:
 def term_matches(term: Term, node: Node, labels: Mapping[str, str]) -> bool:
     """All requirements hold; an empty term matches no node (as in kube-scheduler)."""
     return bool(term.requirements) and all(_holds(r, node, labels) for r in term.requirements)
+
+
+CONFLICT = fail("pod affinity terms conflict", unresolvable=True)
+"""Every term names nodes, and no node is named by all requirements of any term."""
 
 
 def named_nodes(pod: Pod) -> frozenset[str] | None:
