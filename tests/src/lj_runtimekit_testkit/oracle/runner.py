@@ -160,25 +160,36 @@ class Harness:
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> Harness:
+        """The streams, the namespaces and the sentinel node; on failure, what was made is
+        deleted again."""
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _open(self) -> None:
         selector = f"{RUN_LABEL}={self.run}"
         watching: Any = client.CoreV1Api(self.stream_api)
         self.pods = Stream(
             watching.list_pod_for_all_namespaces, "pods", self.changed, label_selector=selector
         )
+        self.streams.append(self.pods)
         self.nodes = Stream(watching.list_node, "nodes", self.changed, label_selector=selector)
+        self.streams.append(self.nodes)
         self.events = Stream(
             watching.list_event_for_all_namespaces,
             "events",
             self.changed,
             field_selector="reason=FailedScheduling",
         )
-        self.streams = [self.pods, self.nodes, self.events]
+        self.streams.append(self.events)
         names = [self.barrier_ns, *self.namespaces.values()]
         list(self.pool.map(self._namespace, names))
         sentinel = self._sentinel_manifest()
         self._create_node(sentinel)
         self._settle({self.sentinel: sentinel["spec"]["taints"]})
-        return self
 
     def _sentinel_manifest(self) -> Json:
         return {
