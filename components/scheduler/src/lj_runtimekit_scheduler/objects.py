@@ -39,23 +39,36 @@ def _add(into: Resources, r: Resources) -> None:
         into[k] = into.get(k, 0) + v
 
 
+POD_LEVEL = ("cpu", "memory")
+"""Resources pod-level ``spec.resources`` may set (and ``hugepages-*``)."""
+
+
 def effective_requests(spec: Json) -> Resources:
-    """As kube-scheduler: max(sum of app containers (+ restartable init), each init) + overhead."""
+    """As kube-scheduler: max(sum of app containers and sidecars, each regular init container
+    with the sidecars started before it); pod-level ``spec.resources`` requests replace that
+    for cpu, memory and hugepages; then ``spec.overhead``."""
     total: Resources = {}
     for c in spec.get("containers") or ():
         _add(total, resources((c.get("resources") or {}).get("requests")))
     sidecars: Resources = {}
+    init_peak: Resources = {}
     for c in spec.get("initContainers") or ():
         req = resources((c.get("resources") or {}).get("requests"))
         if c.get("restartPolicy") == "Always":
             _add(total, req)
             _add(sidecars, req)
             continue
-        # a regular init container runs next to the sidecars started before it
-        peak = dict(req)
-        _add(peak, sidecars)
-        for k, v in peak.items():
-            total[k] = max(total.get(k, 0), v)
+        # a regular init container runs next to the sidecars started before it, not beside
+        # the later ones: compared with the total only once every sidecar is in it
+        _add(req, sidecars)
+        for k, v in req.items():
+            init_peak[k] = max(init_peak.get(k, 0), v)
+    for k, v in init_peak.items():
+        total[k] = max(total.get(k, 0), v)
+    pod_level = resources((spec.get("resources") or {}).get("requests"))
+    for k, v in pod_level.items():
+        if k in POD_LEVEL or k.startswith("hugepages-"):
+            total[k] = v
     _add(total, resources(spec.get("overhead")))
     total["pods"] = 1
     return total
@@ -133,9 +146,11 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
     meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
     requests = effective_requests(spec)
     devices = _devices(spec, names)
+    # a sidecar (restartable init container) holds its ports for the pod's whole life
+    sidecars = [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
     ports = tuple(
         HostPort(p.get("protocol", "TCP"), p.get("hostIP", "0.0.0.0"), int(p["hostPort"]))
-        for c in spec.get("containers") or ()
+        for c in (*sidecars, *(spec.get("containers") or ()))
         for p in c.get("ports") or ()
         if p.get("hostPort")
     )

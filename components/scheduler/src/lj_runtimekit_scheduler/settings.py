@@ -69,9 +69,9 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("UnsupportedFeatures", 0),
     ("NodeName", 0),
     ("NodeUnschedulable", 0),
+    ("TaintToleration", 1),
     ("NodeReady", 0),
     ("NodeAffinity", 1),
-    ("TaintToleration", 1),
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
     ("VolumeRestrictions", 0),
@@ -85,7 +85,10 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("GpuTopology", 1),
     ("DefaultBinder", 0),
 )
-"""Plugins enabled by default and their score weights (0: the plugin does not score)."""
+"""Plugins enabled by default and their score weights (0: the plugin does not score). The
+order is the Filter order, kube-scheduler's (NodeName, NodeUnschedulable, TaintToleration,
+NodeAffinity, NodePorts, NodeResourcesFit, ...): a node failing two filters is counted under the
+first in FailedScheduling, so the counts per reason are kube-scheduler's."""
 
 
 @dataclass(frozen=True)
