@@ -77,6 +77,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("VolumeRestrictions", 0),
     ("NodeVolumeLimits", 0),
     ("VolumeBinding", 0),
+    ("VolumeZone", 0),
     ("GpuFit", 2),
     ("DraClaims", 0),
     ("AllocateHandshake", 0),

@@ -32,6 +32,7 @@ from . import (
     unsupported_features,
     volume_binding,
     volume_restrictions,
+    volume_zone,
 )
 
 
@@ -64,6 +65,7 @@ REGISTRY: Mapping[str, Factory] = {
     volume_restrictions.NAME: lambda args, state: volume_restrictions.new(state),
     node_volume_limits.NAME: lambda args, state: node_volume_limits.new(state),
     volume_binding.NAME: lambda args, state: volume_binding.new(args.volume_binding, state),
+    volume_zone.NAME: lambda args, state: volume_zone.new(state),
     gpu_fit.NAME: lambda args, state: gpu_fit.new(args.gpu_fit, state),
     allocate_handshake.NAME: lambda args, state: allocate_handshake.new(
         args.allocate_handshake, state
