@@ -1,5 +1,6 @@
-"""The feed: nodes, NodeDevices and pods into the state and the queue, and ResourceSlices and
-ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), one informer each.
+"""The feed: nodes, NodeDevices and pods into the state and the queue, ResourceSlices and
+ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), PodDisruptionBudgets for
+preemption, one informer each.
 
 Each kind is listed, then watched from the list's resourceVersion (``informer.py``); a closed
 stream is resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried
@@ -17,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from . import objects
+from . import budgets, objects
 from .errors import PermanentError, TemporaryError
 from .informer import Informer
 from .kube import Gone, Json, Kube
@@ -28,8 +29,8 @@ from .state import ClusterState
 
 log = structlog.get_logger("lj_runtimekit_scheduler.informer")
 
-KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims")
-OPTIONAL = ("resourceslices", "resourceclaims")
+KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims", "poddisruptionbudgets")
+OPTIONAL = ("resourceslices", "resourceclaims", "poddisruptionbudgets")
 """Kinds a cluster may not serve: the scheduler starts without them."""
 
 
@@ -70,6 +71,7 @@ class Informers:
             "pods": self._pod,
             "resourceslices": self._slice,
             "resourceclaims": self._claim,
+            "poddisruptionbudgets": self._budget,
         }
 
     @property
@@ -115,6 +117,10 @@ class Informers:
             seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.dra.claims if u not in seen]:
                 self.state.set_claim(None, uid)
+        elif kind == "poddisruptionbudgets":
+            seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
+            for uid in [u for u in self.state.budgets if u not in seen]:
+                del self.state.budgets[uid]
 
     def _handle(self, kind: str, ev_type: str, obj: Json) -> None:
         try:
@@ -155,21 +161,36 @@ class Informers:
             self.state.set_claim(obj)
         self._changed()
 
+    def _budget(self, ev_type: str, obj: Json) -> None:
+        uid = str(obj["metadata"]["uid"])
+        if ev_type == "DELETED":
+            self.state.budgets.pop(uid, None)
+        else:
+            self.state.budgets[uid] = budgets.budget(obj)
+
     def _pod(self, ev_type: str, obj: Json) -> None:
         pod = objects.pod(obj, self.settings.resources)
         if ev_type == "DELETED":
             self.queue.delete(pod.uid)
+            nominated = self.state.unnominate(pod.uid) is not None
             if pod.uid in self.state.pods:
                 self.state.remove_pod(pod.uid)
                 self._changed()
+            elif nominated:
+                self._changed()  # the room it held is free
             return
         ours = pod.scheduler_name == self.settings.scheduler_name
         if ours and not pod.node_name and not pod.deleting and pod.phase == "Pending":
             if pod.uid not in self.state.assumed:
+                first = self.queue.get(pod.uid) is None and pod.uid not in self.state.nominated
+                if pod.nominated_node and first:
+                    # first seen (a restart, a new leader): it keeps the room a preemption made
+                    self.state.nominate(pod, pod.nominated_node, None)
                 self.queue.add(pod, time.monotonic())
                 self.poke()
             return
         self.queue.delete(pod.uid)
+        self.state.unnominate(pod.uid)  # bound (or ended): a nomination is for a pending pod
         held, was_pending = pod.uid in self.state.pods, self.state.is_pending(pod.uid)
         if (edited := self.state.observe_pod(pod)) is not None:
             msg = edited.message()

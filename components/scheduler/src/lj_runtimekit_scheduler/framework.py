@@ -12,6 +12,7 @@ from .gang import gang_of
 from .gpu import Choice
 from .model import Pod
 from .state import ClusterState, NodeInfo
+from .whatif import with_nominated
 
 T = TypeVar("T")
 
@@ -67,7 +68,9 @@ class Status:
     ok: bool = True
     reason: str = ""
     unresolvable: bool = False
-    """No change in the cluster would help (e.g. an unsupported feature)."""
+    """From PreFilter: no change in the cluster would help (e.g. an unsupported feature). From
+    Filter: evicting pods would not help there (kube-scheduler's UnschedulableAndUnresolvable:
+    preemption leaves the node out)."""
     skip: bool = False
     """From PreFilter: this plugin's Filter has nothing to check for this pod (kube-scheduler's
     Skip status); the cycle does not call it on any node."""
@@ -107,7 +110,13 @@ class FilterPlugin(Protocol):
 class PostFilterPlugin(Protocol):
     NAME: str
 
-    def post_filter(self, cs: CycleState, pod: Pod, reasons: dict[str, str]) -> Status: ...
+    def post_filter(
+        self, cs: CycleState, pod: Pod, reasons: dict[str, str], filtering: Filtering
+    ) -> Status:
+        """After no node passed Filter (``reasons``: node → why); ``filtering`` runs the cycle's
+        Filter chain on what-if copies of a node. The reason of a failing status is appended to
+        FailedScheduling (``preemption: ...``)."""
+        ...
 
 
 @runtime_checkable
@@ -231,6 +240,7 @@ def shape(pod: Pod) -> Hashable:
         pod.required_terms,
         pod.preferred_terms,
         pod.tolerations,
+        pod.priority,  # which nominated pods it must leave room for (whatif.with_nominated)
     )
 
 
@@ -240,6 +250,29 @@ class Result:
     reasons: dict[str, str]
     """node → the first failing plugin's reason (or ``"*"`` for a pod-level reason)."""
     unresolvable: bool = False
+    post_filter: str = ""
+    """What the PostFilter plugins said (``preemption: ...``), appended to FailedScheduling."""
+
+
+class Filtering:
+    """The Filter chain of one pod's cycle (its PreFilter done), for a PostFilter plugin to run
+    on what-if copies of nodes (kube-scheduler's ``RunFilterPluginsWithNominatedPods``)."""
+
+    def __init__(self, cs: CycleState, pod: Pod, filters: list[Any], state: ClusterState) -> None:
+        self.cs, self.pod, self.filters, self.state = cs, pod, filters, state
+
+    def run(self, info: NodeInfo) -> Status:
+        """The first failing filter on ``info`` (its reason ``"<plugin>: <why>"``), else OK;
+        then the same on ``info`` with the pods nominated there that this pod must leave room
+        for, so the devices GpuFit chose last (``cs.chosen``) are those it would get."""
+        for view in (info, with_nominated(self.state, self.pod, info)):
+            if view is None:
+                continue
+            for f in self.filters:
+                st = f.filter(self.cs, self.pod, view)
+                if not st.ok:
+                    return Status(False, f"{f.NAME}: {st.reason}", st.unresolvable)
+        return OK
 
 
 class Profile:
@@ -273,6 +306,8 @@ class Profile:
         self.observe: Callable[[str, str, float], None] = lambda point, name, s: None
         self.sample_every = 10
         """Plugin durations are observed in one cycle of this many (kube-scheduler: 10 %)."""
+        self._state: ClusterState | None = None
+        """The state of the cycle running, while it has nominated pods (else None)."""
 
     def _timed(self, point: str, name: str, t0: float) -> None:
         if self.sampled:
@@ -289,11 +324,18 @@ class Profile:
     def _evaluate(
         self, cs: CycleState, pod: Pod, info: NodeInfo, filters: list[Any], spent: list[float]
     ) -> Verdict:
-        """The Filter chain on one node, then (when it passes) every Score plugin."""
-        for f in filters:
-            st = f.filter(cs, pod, info)
-            if not st.ok:
-                return (f"{f.NAME}: {st.reason}", ())
+        """The Filter chain on one node, then (when it passes) every Score plugin. A node where
+        pods are nominated that this one must leave room for is filtered once more with them on
+        it (kube-scheduler's ``RunFilterPluginsWithNominatedPods``; the node's version moves
+        with its nominations, and the pod's priority is part of its shape)."""
+        views = [info]
+        if self._state is not None and (held := with_nominated(self._state, pod, info)):
+            views.append(held)
+        for view in views:
+            for f in filters:
+                st = f.filter(cs, pod, view)
+                if not st.ok:
+                    return (f"{f.NAME}: {st.reason}", ())
         return (None, self._scores(cs, pod, info, spent) if not self.pre_score else ())
 
     def _verdict(
@@ -345,8 +387,34 @@ class Profile:
             for k, (sp, _) in enumerate(self.score):
                 self.observe("Score", sp.NAME, spent[k])
 
+    def pre_filter_all(self, cs: CycleState, pod: Pod) -> tuple[Status, list[Any]]:
+        """PreFilter: its first failure (reason ``"<plugin>: <why>"``), else OK and the Filter
+        plugins the cycle runs (those whose PreFilter said Skip left out)."""
+        skipped: set[str] = set()
+        for p in self.pre_filter:
+            t0 = time.perf_counter()
+            st = p.pre_filter(cs, pod)
+            self._timed("PreFilter", p.NAME, t0)
+            if not st.ok:
+                return Status(False, f"{p.NAME}: {st.reason}", st.unresolvable), []
+            if st.skip:
+                skipped.add(p.NAME)
+        return OK, ([f for f in self.filter if f.NAME not in skipped] if skipped else self.filter)
+
+    def filtering(self, cs: CycleState, pod: Pod, state: ClusterState) -> Filtering | Status:
+        """The pod's Filter chain after its PreFilter (for dry runs: a gang's preemption), or the
+        PreFilter failure."""
+        st, filters = self.pre_filter_all(cs, pod)
+        return Filtering(cs, pod, filters, state) if st.ok else st
+
     def find_node(
-        self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None = None
+        self,
+        cs: CycleState,
+        pod: Pod,
+        state: ClusterState,
+        names: list[str] | None = None,
+        *,
+        post_filter: bool = True,
     ) -> Result:
         """PreFilter → Filter → (PostFilter) → PreScore → Score/Normalize: the best node.
 
@@ -359,16 +427,10 @@ class Profile:
         """
         self._cycles += 1
         self.sampled = (self._cycles - 1) % self.sample_every == 0  # first cycle sampled
-        skipped: set[str] = set()
-        for p in self.pre_filter:
-            t0 = time.perf_counter()
-            st = p.pre_filter(cs, pod)
-            self._timed("PreFilter", p.NAME, t0)
-            if not st.ok:
-                return Result(None, {"*": f"{p.NAME}: {st.reason}"}, st.unresolvable)
-            if st.skip:
-                skipped.add(p.NAME)
-        filters = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
+        st, filters = self.pre_filter_all(cs, pod)
+        if not st.ok:
+            return Result(None, {"*": st.reason}, st.unresolvable)
+        self._state = state if state.nominated else None
         key = shape(pod)
         if len(self._shapes) > 10_000:  # many distinct shapes: start over rather than grow
             self._shapes.clear()
@@ -377,9 +439,16 @@ class Profile:
         self._walk(cs, pod, state, names, walk)
         feasible = walk.feasible
         if not feasible:
-            for pf in self.post_filter:
-                pf.post_filter(cs, pod, walk.reasons)
-            return Result(None, walk.reasons)
+            said = []
+            if post_filter:
+                filtering = Filtering(cs, pod, filters, state)
+                for pf in self.post_filter:
+                    t0 = time.perf_counter()
+                    st = pf.post_filter(cs, pod, walk.reasons, filtering)
+                    self._timed("PostFilter", pf.NAME, t0)
+                    if st.reason:
+                        said.append(st.reason)
+            return Result(None, walk.reasons, post_filter=" ".join(said))
         best = feasible[0].node.name
         if len(feasible) > 1 and self.score:
             raw = walk.raw

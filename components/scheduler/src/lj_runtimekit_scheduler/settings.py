@@ -77,6 +77,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("GpuFit", 2),
     ("DraClaims", 0),
     ("AllocateHandshake", 0),
+    ("DefaultPreemption", 0),
     ("GpuTopology", 1),
     ("DefaultBinder", 0),
 )

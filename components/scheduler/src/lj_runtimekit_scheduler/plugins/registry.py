@@ -15,6 +15,7 @@ from ..state import ClusterState
 from . import (
     allocate_handshake,
     default_binder,
+    default_preemption,
     dra_claims,
     gpu_fit,
     gpu_topology,
@@ -59,5 +60,6 @@ REGISTRY: Mapping[str, Factory] = {
     ),
     dra_claims.NAME: lambda args, state: dra_claims.new(state),
     gpu_topology.NAME: lambda args, state: gpu_topology.new(),
+    default_preemption.NAME: lambda args, state: default_preemption.new(state),
     default_binder.NAME: lambda args, state: default_binder.new(),
 }

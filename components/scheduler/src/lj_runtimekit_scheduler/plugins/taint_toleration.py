@@ -35,7 +35,7 @@ class TaintToleration:
         t = untolerated(pod, info.node)
         if t is None:
             return OK
-        return fail(f"node(s) had untolerated taint {{{t.key}: {t.value}}}")
+        return fail(f"node(s) had untolerated taint {{{t.key}: {t.value}}}", unresolvable=True)
 
     def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:
         return intolerable_preferences(pod, info.node)
