@@ -25,6 +25,8 @@ pytestmark = pytest.mark.cluster
 
 RBAC = "rbac"
 """Refused by RBAC: 403 naming the ServiceAccount and the verb it lacks."""
+PREEMPTS_ONLY = "may only delete a pod it preempts"
+"""The scheduler's admission policy on a pod deletion it was not marked for."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +41,17 @@ class Objects:
     """A pending pod that names the suite's scheduler."""
     foreign_job: str
     """A Job in kube-system that is not an agent Job."""
+    critical: str
+    """A running pod of a system priority class in kube-system, marked as preempted
+    (DisruptionTarget, PreemptionByScheduler) by someone else."""
 
 
 @pytest.fixture(scope="module")
 def objs(rig: Rig) -> Iterator[Objects]:
     run = uuid.uuid4().hex[:6]
-    o = Objects(f"tenant-{run}", f"elsewhere-{run}", f"pending-{run}", f"foreign-{run}")
+    o = Objects(
+        f"tenant-{run}", f"elsewhere-{run}", f"pending-{run}", f"foreign-{run}", f"critical-{run}"
+    )
     pods = f"/api/v1/namespaces/{rig.victims}/pods"
     ok(rig.root("POST", pods, pod_body(o.tenant, rig.own_node)), "tenant pod")
     ok(rig.root("POST", pods, pod_body(o.elsewhere, rig.other_node)), "pod elsewhere")
@@ -55,10 +62,15 @@ def objs(rig: Rig) -> Iterator[Objects]:
         "spec": {"suspend": True, "template": {"spec": pod_body("x", None)["spec"]}},
     }
     ok(rig.root("POST", JOBS, job), "a Job not of the suite")
+    critical = pod_body(o.critical, rig.own_node, priorityClassName="system-node-critical")
+    ok(rig.root("POST", f"/api/v1/namespaces/{NS}/pods", critical), "a system-critical pod")
+    marked = {"status": {"conditions": [_preempted_condition()]}}
+    ok(rig.root("PATCH", f"{_pods(rig, o.critical, NS)}/status", marked, patch="strategic"), "mark")
     try:
         yield o
     finally:
         rig.root("DELETE", f"{JOBS}/{o.foreign_job}", {"propagationPolicy": "Background"})
+        rig.root("DELETE", _pods(rig, o.critical, NS), {"gracePeriodSeconds": 0})
 
 
 def agent_job(rig: Rig, node: str | None = None, action: str = "enable") -> Obj:
@@ -244,6 +256,16 @@ def _escalate(account: str) -> Obj:
     }
 
 
+def _preempted_condition() -> Obj:
+    """The condition kube-scheduler (and ours, ``kube.preempt``) sets on a pod it preempts."""
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "message": "lj-runtimekit-scheduler: preempting to accommodate a higher priority pod",
+    }
+
+
 def _lease(name: str) -> Obj:
     return {"metadata": {"name": name}, "spec": {"holderIdentity": "attacker"}}
 
@@ -252,8 +274,9 @@ def _image(pod: str = "evil:latest") -> Obj:
     return {"spec": {"containers": [{"name": "main", "image": pod}]}}
 
 
-def _common(component: str, account: str) -> list[Attack]:
-    """What no component may do at all."""
+def _common(component: str, account: str, delete_refused_by: str = RBAC) -> list[Attack]:
+    """What no component may do at all (``delete_refused_by``: the scheduler may delete the pods
+    it preempts, so its admission policy, not RBAC, refuses every other pod deletion)."""
     return [
         Attack(
             f"{component}-read-secrets",
@@ -281,7 +304,7 @@ def _common(component: str, account: str) -> list[Attack]:
             f"{component}-delete-pod",
             component,
             lambda r, o: ("DELETE", _pods(r, o.tenant), None),
-            RBAC,
+            delete_refused_by,
         ),
         Attack(
             f"{component}-bind-cluster-admin",
@@ -339,8 +362,64 @@ def _common(component: str, account: str) -> list[Attack]:
 
 
 ATTACKS: list[Attack] = [
-    # --- the scheduler: it binds and posts Events; it never edits a pod
-    *_common("scheduler", "lj-runtimekit-scheduler"),
+    # --- the scheduler: it binds and posts Events; it never edits a pod but its status for a
+    # claim or a preemption, and deletes only the pods it preempts
+    *_common("scheduler", "lj-runtimekit-scheduler", delete_refused_by=PREEMPTS_ONLY),
+    Attack(
+        "scheduler-delete-pending-pod",
+        "scheduler",
+        lambda r, o: ("DELETE", _pods(r, o.pending), None),
+        PREEMPTS_ONLY,
+    ),
+    Attack(
+        "scheduler-delete-marked-system-critical-pod",
+        "scheduler",
+        lambda r, o: ("DELETE", _pods(r, o.critical, NS), None),
+        PREEMPTS_ONLY,
+    ),
+    Attack(
+        "scheduler-mark-system-critical-pod",
+        "scheduler",
+        lambda r, o: (
+            "PATCH",
+            f"{_pods(r, o.critical, NS)}/status",
+            {"status": {"conditions": [_preempted_condition()]}},
+            "strategic",
+        ),
+        "may only set the extendedResourceClaimStatus",
+    ),
+    Attack(
+        "scheduler-mark-and-fail-a-pod",
+        "scheduler",
+        lambda r, o: (
+            "PATCH",
+            f"{_pods(r, o.tenant)}/status",
+            {"status": {"phase": "Failed", "conditions": [_preempted_condition()]}},
+            "strategic",
+        ),
+        "may only set the extendedResourceClaimStatus",
+    ),
+    Attack(
+        "scheduler-mark-a-pending-pod",
+        "scheduler",
+        lambda r, o: (
+            "PATCH",
+            f"{_pods(r, o.pending)}/status",
+            {"status": {"conditions": [_preempted_condition()]}},
+            "strategic",
+        ),
+        "may only set the extendedResourceClaimStatus",
+    ),
+    Attack(
+        "scheduler-nominate-a-pod-not-its-own",
+        "scheduler",
+        lambda r, o: (
+            "PATCH",
+            f"{_pods(r, o.tenant)}/status",
+            {"status": {"nominatedNodeName": r.other_node}},
+        ),
+        "may only set the extendedResourceClaimStatus",
+    ),
     Attack(
         "scheduler-replace-image",
         "scheduler",
@@ -937,6 +1016,8 @@ def test_every_component_and_issue_escape_is_attacked() -> None:
     ids = {a.id for a in ATTACKS}
     for named in (
         "scheduler-replace-image",
+        "scheduler-delete-pod",
+        "scheduler-delete-marked-system-critical-pod",
         "controller-job-kube-system-account",
         "controller-job-host-root",
         "controller-job-issue-34-privileged-kube-system-escape",
@@ -1008,6 +1089,35 @@ def test_scheduler_token_does_all_the_scheduler_does(rig: Rig, objs: Objects) ->
     assert "field is immutable" in rewrite.message, rewrite.message
     _lease_cycle(rig, "scheduler", "lj-runtimekit-scheduler")
     _claim_cycle(rig)
+    _preemption_cycle(rig)
+
+
+def _preemption_cycle(rig: Rig) -> None:
+    """What the scheduler writes to preempt (``kube.nominate``, ``kube.preempt``): PDBs read, the
+    preemptor's nominatedNodeName set and cleared, the victim marked, then deleted."""
+    s = rig.as_("scheduler")
+    pdbs = "/apis/policy/v1/poddisruptionbudgets"
+    _ok(s("GET", pdbs, None, query=[("limit", 1)]), "list PodDisruptionBudgets")
+    _ok(s("GET", pdbs, None, query=[("watch", "true"), ("timeoutSeconds", 1)]), "watch them")
+    run = uuid.uuid4().hex[:6]
+    pods = f"/api/v1/namespaces/{rig.victims}/pods"
+    preemptor = pod_body(f"preemptor-{run}", None, schedulerName="lj-runtimekit-scheduler")
+    ok(rig.root("POST", pods, preemptor), "a pending pod of the scheduler")
+    victim = ok(rig.root("POST", pods, pod_body(f"victim-{run}", rig.own_node)), "a victim")
+    status = f"{_pods(rig, f'preemptor-{run}')}/status"
+    for node in (rig.own_node, None):
+        patch = {"status": {"nominatedNodeName": node}}
+        _ok(s("PATCH", status, patch), f"nominatedNodeName {node}")
+    vpath = _pods(rig, f"victim-{run}")
+    mark = {"status": {"conditions": [_preempted_condition()]}}
+    _ok(s("PATCH", f"{vpath}/status", mark, patch="strategic"), "mark the victim preempted")
+    conditions = ok(rig.root("GET", vpath, None), "the victim")["status"]["conditions"]
+    assert [c["reason"] for c in conditions if c["type"] == "DisruptionTarget"] == [
+        "PreemptionByScheduler"
+    ]
+    gone = {"preconditions": {"uid": victim["metadata"]["uid"]}}
+    _ok(s("DELETE", vpath, gone), "delete the victim it marked")
+    rig.root("DELETE", _pods(rig, f"preemptor-{run}"), {"gracePeriodSeconds": 0})
 
 
 def _claim_cycle(rig: Rig) -> None:
