@@ -120,11 +120,14 @@ def select(
     all_budgets: Iterable[budgets.Budget],
     fits: Fits,
     targets: Sequence[frozenset[str]] = (),
+    least: int = 0,
 ) -> Victims | None:
     """The victims on one node: None when the pod does not fit even with every unit off.
 
     ``targets`` are device groups of the node (each device, island, NUMA node) to try freeing
-    first, for a pod that wants devices. Guarantees: every unit returned is needed in its way
+    first, for a pod that wants devices; they are not tried when kube-scheduler's own way already
+    evicts a single unit disturbing no more than ``least`` devices (the fewest the pod needs).
+    Guarantees: every unit returned is needed in its way
     of giving back (the pod did not fit with it given back after those before it); units that
     break a budget are given back first; a unit is returned whole or not at all; of the ways,
     the one of least :meth:`Victims.rank` (the first of equals: kube-scheduler's own order)."""
@@ -141,12 +144,14 @@ def select(
         if way not in ways:
             ways.append(way)
     found: Victims | None = None
-    for way in ways:
+    for k, way in enumerate(ways):
         chosen = sorted(reprieve(way, every, fits), key=lambda i: units[i].importance())
         broken = sum(1 for i in chosen if i in breaking)
         victims = Victims(tuple(units[i] for i in chosen), broken)
         if found is None or victims.rank() < found.rank():
             found = victims
+        if k == 0 and len(victims.units) == 1 and len(victims.devices) <= least:
+            break  # one victim on as few devices as it could be: little left to gain
     return found
 
 

@@ -21,7 +21,7 @@ CORE, GPU = "aliyun.com/gpu-core", "aliyun.com/gpu"
 @pytest.fixture
 def priorities(gpu_cluster: Any) -> Iterator[dict[str, str]]:
     """Two PriorityClasses (the admission plugin turns a pod's class into its spec.priority)."""
-    api = client.SchedulingV1Api(gpu_cluster.api)
+    api: Any = client.SchedulingV1Api(gpu_cluster.api)  # raw dicts to the typed client
     names = {k: f"sched-{k}-{uuid.uuid4().hex[:6]}" for k in ("low", "high", "polite")}
     for kind, value in (("low", 1), ("high", 1000), ("polite", 1000)):
         body: dict[str, Any] = {"metadata": {"name": names[kind]}, "value": value}
@@ -40,7 +40,7 @@ class Recorder:
 
     def __init__(self, core: Any, namespace: str) -> None:
         self.seen: list[tuple[str, str, dict[str, Any]]] = []
-        self.w: Any = watch.Watch()  # untyped
+        self.w: Any = watch.Watch()  # type: ignore[no-untyped-call]
         rv = core.list_namespaced_pod(namespace).metadata.resource_version
         self.thread = threading.Thread(
             target=self._run, args=(core, namespace, rv), daemon=True, name="pod-watch"

@@ -24,8 +24,8 @@ from ..whatif import Sandbox
 
 NAME = "DefaultPreemption"
 NEVER_POLICY = "Never"
-MAX_TARGETS = 32
-"""Device groups tried per node at most (each device, island and NUMA node of an 8-GPU node: 12)."""
+SINGLE_TARGETS = 3
+"""Single devices tried per node: those whose pods matter least (the ways cost a reprieve each)."""
 MAX_GANG_DOMAINS = 16
 """Domains a gang's dry run tries at most, in the order gangs are placed."""
 
@@ -52,22 +52,32 @@ def _devices(choice: Choice | None) -> frozenset[str]:
     return frozenset(s.device for _, slices in choice.containers for s in slices)
 
 
-def targets(devices: Sequence[Device], units: Sequence[Unit]) -> list[frozenset[str]]:
-    """The device groups worth freeing first: each device some unit holds, each NVLink island
-    and NUMA node among those devices (at most :data:`MAX_TARGETS`)."""
-    touched = set().union(*(u.devices for u in units)) if units else set()
-    out: list[frozenset[str]] = [frozenset({d.id}) for d in devices if d.id in touched]
+def targets(devices: Sequence[Device], units: Sequence[Unit], multi: bool) -> list[frozenset[str]]:
+    """The device groups worth freeing first: the :data:`SINGLE_TARGETS` devices whose pods
+    matter least (lowest highest priority, fewest pods), and for a pod wanting several whole
+    devices in one container (``multi``) each NVLink island and NUMA node as well."""
+    on: dict[str, list[Unit]] = {}
+    for u in units:
+        for d in u.devices:
+            on.setdefault(d, []).append(u)
+    index = {d.id: d.index for d in devices}
+    cheapest = sorted(
+        on, key=lambda d: (max(u.priority for u in on[d]), len(on[d]), index.get(d, 0), d)
+    )
+    out: list[frozenset[str]] = [frozenset({d}) for d in cheapest[:SINGLE_TARGETS]]
+    if not multi:
+        return out
     for attr in ("island", "numa"):
         groups: dict[int, set[str]] = {}
-        for d in devices:
-            key = getattr(d, attr)
+        for dev in devices:
+            key = getattr(dev, attr)
             if key >= 0:
-                groups.setdefault(key, set()).add(d.id)
+                groups.setdefault(key, set()).add(dev.id)
         for g in groups.values():
             group = frozenset(g)
-            if group & touched and len(group) > 1 and group not in out:
+            if group & on.keys() and len(group) > 1 and group not in out:
                 out.append(group)
-    return out[:MAX_TARGETS]
+    return out
 
 
 class DefaultPreemption:
@@ -198,8 +208,10 @@ class DefaultPreemption:
             return st.reason if units else preemption.NO_VICTIMS
         if not units:
             return preemption.NO_VICTIMS
-        groups = targets(info.devices, units) if pod.wants_devices else []
-        victims = preemption.select(units, self.state.budgets.values(), fits, groups)
+        multi = any(d.gpus > 1 or d.ppus > 1 for d in pod.devices)
+        groups = targets(info.devices, units, multi) if pod.wants_devices else []
+        least = sum(d.gpus + d.ppus + (1 if d.shared else 0) for d in pod.devices)
+        victims = preemption.select(units, self.state.budgets.values(), fits, groups, least)
         if victims is None:  # not reached: it fitted with every unit off
             return preemption.NOT_HELPFUL
         off = set().union(*(u.here for u in victims.units)) if victims.units else set()
