@@ -36,11 +36,12 @@ def priorities(gpu_cluster: Any) -> Iterator[dict[str, str]]:
 
 
 class Recorder:
-    """Every pod event of the namespace, in the order the watch delivers them."""
+    """Every pod event of the namespace, in the order the watch delivers them (short watches
+    resumed from the last resourceVersion, so that stopping closes no stream mid-read)."""
 
     def __init__(self, core: Any, namespace: str) -> None:
         self.seen: list[tuple[str, str, dict[str, Any]]] = []
-        self.w: Any = watch.Watch()  # type: ignore[no-untyped-call]
+        self.stopping = threading.Event()
         rv = core.list_namespaced_pod(namespace).metadata.resource_version
         self.thread = threading.Thread(
             target=self._run, args=(core, namespace, rv), daemon=True, name="pod-watch"
@@ -48,15 +49,17 @@ class Recorder:
         self.thread.start()
 
     def _run(self, core: Any, namespace: str, rv: str) -> None:
-        stream = self.w.stream(
-            core.list_namespaced_pod, namespace, resource_version=rv, timeout_seconds=120
-        )
-        for ev in stream:
-            pod = ev["raw_object"]
-            self.seen.append((ev["type"], pod["metadata"]["name"], pod))
+        while not self.stopping.is_set():
+            w: Any = watch.Watch()  # type: ignore[no-untyped-call]
+            for ev in w.stream(
+                core.list_namespaced_pod, namespace, resource_version=rv, timeout_seconds=1
+            ):
+                pod = ev["raw_object"]
+                rv = pod["metadata"]["resourceVersion"]
+                self.seen.append((ev["type"], pod["metadata"]["name"], pod))
 
     def stop(self) -> None:
-        self.w.stop()
+        self.stopping.set()
         self.thread.join(10)
 
     def first(self, name: str, what: Callable[[str, dict[str, Any]], bool]) -> int | None:
