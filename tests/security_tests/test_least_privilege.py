@@ -10,6 +10,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -42,21 +43,30 @@ class Objects:
     foreign_job: str
     """A Job in kube-system that is not an agent Job."""
     critical: str
-    """A running pod of a system priority class in kube-system, marked as preempted
-    (DisruptionTarget, PreemptionByScheduler) by someone else."""
+    """A running pod of a system priority class in kube-system (marked as preempted by someone
+    else, DisruptionTarget/PreemptionByScheduler, just before the attack on it)."""
+    stranger: str
+    """A pending pod that names another scheduler."""
 
 
 @pytest.fixture(scope="module")
 def objs(rig: Rig) -> Iterator[Objects]:
     run = uuid.uuid4().hex[:6]
     o = Objects(
-        f"tenant-{run}", f"elsewhere-{run}", f"pending-{run}", f"foreign-{run}", f"critical-{run}"
+        f"tenant-{run}",
+        f"elsewhere-{run}",
+        f"pending-{run}",
+        f"foreign-{run}",
+        f"critical-{run}",
+        f"stranger-{run}",
     )
     pods = f"/api/v1/namespaces/{rig.victims}/pods"
     ok(rig.root("POST", pods, pod_body(o.tenant, rig.own_node)), "tenant pod")
     ok(rig.root("POST", pods, pod_body(o.elsewhere, rig.other_node)), "pod elsewhere")
     pending = pod_body(o.pending, None, schedulerName="lj-runtimekit-scheduler")
     ok(rig.root("POST", pods, pending), "pending pod")
+    stranger = pod_body(o.stranger, None, schedulerName="someone-else")
+    ok(rig.root("POST", pods, stranger), "a pending pod of another scheduler")
     job = {
         "metadata": {"name": o.foreign_job},
         "spec": {"suspend": True, "template": {"spec": pod_body("x", None)["spec"]}},
@@ -64,8 +74,7 @@ def objs(rig: Rig) -> Iterator[Objects]:
     ok(rig.root("POST", JOBS, job), "a Job not of the suite")
     critical = pod_body(o.critical, rig.own_node, priorityClassName="system-node-critical")
     ok(rig.root("POST", f"/api/v1/namespaces/{NS}/pods", critical), "a system-critical pod")
-    marked = {"status": {"conditions": [_preempted_condition()]}}
-    ok(rig.root("PATCH", f"{_pods(rig, o.critical, NS)}/status", marked, patch="strategic"), "mark")
+    _running(rig, _pods(rig, o.critical, NS))
     try:
         yield o
     finally:
@@ -256,14 +265,38 @@ def _escalate(account: str) -> Obj:
     }
 
 
+def _running(rig: Rig, path: str) -> None:
+    """Until the pod at ``path`` runs (its node has written the status it keeps)."""
+    eventually(
+        f"{path} running",
+        lambda: ok(rig.root("GET", path, None), path).get("status", {}).get("phase") == "Running",
+    )
+
+
 def _preempted_condition() -> Obj:
-    """The condition kube-scheduler (and ours, ``kube.preempt``) sets on a pod it preempts."""
+    """The condition kube-scheduler (and ours, ``kube.preempt``) sets on a pod it preempts. Its
+    transition time is now: the disruption controller turns a DisruptionTarget condition older
+    than two minutes on a pod not being deleted back to False (one without a time at once)."""
     return {
         "type": "DisruptionTarget",
         "status": "True",
         "reason": "PreemptionByScheduler",
         "message": "lj-runtimekit-scheduler: preempting to accommodate a higher priority pod",
+        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def _mark(rig: Rig, path: str) -> None:
+    """Mark the pod at ``path`` preempted, as another scheduler would (root's write)."""
+    marked = {"status": {"conditions": [_preempted_condition()]}}
+    ok(rig.root("PATCH", f"{path}/status", marked, patch="strategic"), f"mark {path}")
+
+
+def _delete_marked(rig: Rig, path: str) -> Request:
+    """The deletion of the pod at ``path`` just after it was marked (a fresh mark: an old one
+    the disruption controller may have turned back to False)."""
+    _mark(rig, path)
+    return ("DELETE", path, None)
 
 
 def _lease(name: str) -> Obj:
@@ -374,7 +407,7 @@ ATTACKS: list[Attack] = [
     Attack(
         "scheduler-delete-marked-system-critical-pod",
         "scheduler",
-        lambda r, o: ("DELETE", _pods(r, o.critical, NS), None),
+        lambda r, o: _delete_marked(r, _pods(r, o.critical, NS)),
         PREEMPTS_ONLY,
     ),
     Attack(
@@ -415,7 +448,7 @@ ATTACKS: list[Attack] = [
         "scheduler",
         lambda r, o: (
             "PATCH",
-            f"{_pods(r, o.tenant)}/status",
+            f"{_pods(r, o.stranger)}/status",
             {"status": {"nominatedNodeName": r.other_node}},
         ),
         "may only set the extendedResourceClaimStatus",
@@ -1104,6 +1137,7 @@ def _preemption_cycle(rig: Rig) -> None:
     preemptor = pod_body(f"preemptor-{run}", None, schedulerName="lj-runtimekit-scheduler")
     ok(rig.root("POST", pods, preemptor), "a pending pod of the scheduler")
     victim = ok(rig.root("POST", pods, pod_body(f"victim-{run}", rig.own_node)), "a victim")
+    _running(rig, _pods(rig, f"victim-{run}"))  # a victim runs: its node writes no status after
     status = f"{_pods(rig, f'preemptor-{run}')}/status"
     for node in (rig.own_node, None):
         patch = {"status": {"nominatedNodeName": node}}
