@@ -213,12 +213,13 @@ async def test_the_node_whose_victims_matter_least_is_chosen() -> None:
     w.pod("a", {"cpu": "2"}, 5, node="n1")
     w.pod("b1", {"cpu": "1"}, 1, node="n2")
     w.pod("b2", {"cpu": "1"}, 1, node="n2")
-    w.pod("c", {"cpu": "2"}, 2, node="n3", labels={"app": "db"})
+    w.pod("c", {"cpu": "2"}, 1, node="n3", labels={"app": "db"})
     w.budget("db", 0, app="db")
     await w.settle()
     w.pod("high", {"cpu": "2"}, 10)
     await w.settle()
-    # n3 breaks a budget; n1's victim has priority 5; n2's highest is 1 (two victims)
+    # n3 (one victim of priority 1) would be the least harm, but it breaks a budget; n1's
+    # victim has priority 5; n2's highest is 1, with two victims
     assert sorted(v for v, _ in w.preempted) == ["b1", "b2"]
     assert w.nominations == [("high", "n2")]
 
