@@ -13,14 +13,14 @@ from typing import Any, Protocol
 
 import structlog
 
-from . import gang
-from . import preemption as preemption_words
+from . import gang, preemption
 from .errors import SchedulerError
 from .framework import Binder, CycleState, Profile, Result
 from .gpu import Choice
 from .metrics import Metrics
 from .model import POD_GROUP_SIZE_ANNOTATION, Pod
 from .plugins import allocate_handshake, default_preemption
+from .preempting import Evictor, Preempting
 from .queue import SchedulingQueue
 from .settings import Settings
 from .state import ClusterState, Nomination
@@ -33,22 +33,6 @@ _UNBOUNDED = 1 << 62
 
 class Recorder(Protocol):
     def event(self, pod: Pod, kind: str, reason: str, message: str) -> None: ...
-
-
-class Evictor(Protocol):
-    """The apiserver writes of a preemption (implemented in ``kube.py``)."""
-
-    async def nominate(self, pod: Pod, node: str | None) -> None:
-        """Set (None: clear) the pod's ``status.nominatedNodeName``."""
-        ...
-
-    async def preempt(self, victim: Pod, by: Pod) -> None:
-        """Mark ``victim`` with the DisruptionTarget condition, then delete it gracefully (one
-        already gone is fine)."""
-        ...
-
-
-Placement = tuple[Pod, str, Choice | None]
 
 
 def summary(result: Result, nodes: int) -> str:
@@ -79,8 +63,18 @@ class Scheduler:
     ) -> None:
         self.settings, self.state, self.queue, self.profile = settings, state, queue, profile
         self.binder, self.recorder, self.metrics, self.clock = binder, recorder, metrics, clock
-        self.evictor = evictor
-        """Where preemptions are carried out (None: DefaultPreemption decides, nothing is done)."""
+        self.preempting = Preempting(
+            state,
+            queue=queue,
+            recorder=recorder,
+            metrics=metrics,
+            evictor=evictor,
+            spawn=self._spawn,
+            poke=self.poke,
+            clock=self._now,
+        )
+        """Carries out preemptions (with no ``evictor``: DefaultPreemption decides, nothing is
+        done)."""
         self.preemption = next(
             (p for p in profile.post_filter if isinstance(p, default_preemption.DefaultPreemption)),
             None,
@@ -95,6 +89,9 @@ class Scheduler:
         self._moved = asyncio.Event()
         """Set (and replaced) on every poke: binds waiting for a confirmation look again."""
         self.stopping = False
+
+    def _now(self) -> float:
+        return self.clock()  # read at each call: a test may replace the clock
 
     def poke(self) -> None:
         self.wakeup.set()
@@ -146,11 +143,11 @@ class Scheduler:
         placed = self._try(cs, pod, None)
         if isinstance(placed, Result):
             outcome = cs.read(default_preemption.OUTCOME)
-            if outcome is not None and outcome.candidate is not None and self.evictor:
+            if outcome is not None and outcome.candidate and self.preempting.evictor:
                 c = outcome.candidate
-                self._preempt([(pod, c.node, c.choice)], c.victims.pods)
+                self.preempting.carry_out([(pod, c.node, c.choice)], c.victims.pods)
             else:
-                self._keep_or_clear([pod], {pod.uid: lifted} if lifted else {}, outcome)
+                self.preempting.keep_or_clear([pod], {pod.uid: lifted} if lifted else {}, outcome)
             self._unschedulable(pod, placed)
         else:
             self._bind_later([(pod, placed, cs)], t0)
@@ -249,7 +246,7 @@ class Scheduler:
             return
         self._bind_later([(p, placement[p.uid], states[p.uid]) for p in members], t0)
 
-    # -- preemption (plugins/default_preemption.py decides; done here)
+    # -- preemption (plugins/default_preemption.py decides, preempting.py carries it out)
     def _preempt_gang(
         self,
         members: list[Pod],
@@ -259,110 +256,24 @@ class Scheduler:
     ) -> str:
         """A gang that fits nowhere preempts as a whole, or not at all; what FailedScheduling
         adds (empty: it preempted, or preemption is off)."""
-        if self.preemption is None or self.evictor is None or held:
-            self._keep_or_clear(members, lifted, None)
+        if self.preemption is None or self.preempting.evictor is None or held:
+            self.preempting.keep_or_clear(members, lifted, None)
             return ""
         found, why = self.preemption.preempt_gang(
             members, domains, self.profile, {u: n.node for u, n in lifted.items()}
         )
         if found is not None:
-            self._preempt(list(found.placements), found.victims.pods)
+            self.preempting.carry_out(list(found.placements), found.victims.pods)
             return ""
-        ineligible = why in (preemption_words.NEVER, preemption_words.TERMINATING)
+        ineligible = why in (preemption.NEVER, preemption.TERMINATING)
         outcome = None if ineligible else default_preemption.Outcome(None)
-        self._keep_or_clear(members, lifted, outcome)
+        self.preempting.keep_or_clear(members, lifted, outcome)
         return why
-
-    def _keep_or_clear(
-        self,
-        pods: list[Pod],
-        lifted: dict[str, Nomination],
-        outcome: default_preemption.Outcome | None,
-    ) -> None:
-        """After a cycle that did not preempt: the nominations lifted for it come back, unless
-        preemption found it cannot help (then they are cleared, on the pods too)."""
-        for pod in pods:
-            n = lifted.get(pod.uid)
-            if outcome is None or self.evictor is None:
-                if n is not None:
-                    self.state.nominate(n.pod, n.node, n.choice)
-            elif n is not None or pod.nominated_node:
-                self._spawn(f"unnominate-{pod.key}", self._nominate(pod, None))
-
-    def _preempt(self, placements: list[Placement], victims: tuple[Pod, ...]) -> None:
-        """Nominate ``placements`` (pod, node, devices), end the nominations of lower-priority
-        pods on those nodes, and evict ``victims`` in the background."""
-        uids = {p.uid for p, _, _ in placements}
-        nodes = {n for _, n, _ in placements}
-        low = min(p.priority for p, _, _ in placements)
-        cleared = [
-            n.pod
-            for node in nodes
-            for n in list(self.state.nominated_on.get(node, {}).values())
-            if n.pod.priority < low and n.pod.uid not in uids
-        ]
-        for p in cleared:  # they may fit elsewhere: tried again at once (kube-scheduler too)
-            self.state.unnominate(p.uid)
-            if (queued := self.queue.get(p.uid)) is not None:
-                self.queue.add(queued, self.clock())
-        for pod, node, choice in placements:
-            self.state.nominate(pod, node, choice)
-        on = {v.uid: self.state.pods[v.uid][1] for v in victims if v.uid in self.state.pods}
-        self.state.evicting.update(on)
-        self.metrics.preempted(len(victims))
-        log.info(
-            "preempting",
-            pods=[p.key for p, _, _ in placements],
-            nodes=sorted(nodes),
-            victims=[v.key for v in victims],
-        )
-        self._spawn(
-            f"preempt-{placements[0][0].key}", self._evict(placements, victims, on, cleared)
-        )
 
     def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro, name=name)
         self.binding.add(task)
         task.add_done_callback(self.binding.discard)
-
-    async def _nominate(self, pod: Pod, node: str | None) -> None:
-        assert self.evictor is not None
-        try:
-            await self.evictor.nominate(pod, node)
-        except SchedulerError as e:
-            log.warning("nomination_not_written", pod=pod.key, node=node, error=str(e)[:300])
-
-    async def _evict(
-        self,
-        placements: list[Placement],
-        victims: tuple[Pod, ...],
-        on: dict[str, str],
-        cleared: list[Pod],
-    ) -> None:
-        assert self.evictor is not None
-        for pod, node, _ in placements:
-            await self._nominate(pod, node)
-        for pod in cleared:
-            await self._nominate(pod, None)
-        by_node = {node: pod for pod, node, _ in placements}
-        for i, v in enumerate(victims):
-            node = on.get(v.uid, placements[0][1])
-            by = by_node.get(node, placements[0][0])
-            try:
-                if not v.deleting:  # graceful deletion already under way: nothing to send
-                    await self.evictor.preempt(v, by)
-            except SchedulerError as e:
-                log.warning("preemption_failed", pod=by.key, victim=v.key, error=str(e)[:300])
-                for rest in victims[i:]:
-                    self.state.evicting.discard(rest.uid)
-                for pod, _, _ in placements:
-                    self.state.unnominate(pod.uid)
-                    self.queue.failed(pod.uid, self.clock(), unschedulable=False)
-                self.poke()
-                return
-            self.recorder.event(
-                v, "Normal", "Preempted", f"Preempted by pod {by.uid} on node {node}"
-            )
 
     def _agreed_size(self, gid: gang.GangId, queued: list[Pod], bound: list[Pod]) -> int:
         """The gang's size by :data:`gang.SIZE_RULE`; when its members disagree, each of them
