@@ -106,6 +106,15 @@ bench: setup k8s-bin ## benchmarks; figures in build/bench/<component>.json and 
 	mkdir -p $(BUILD)/bench
 	$(PY) -m lj_runtimekit_testkit.bench run --out $(BUILD)/bench
 
+# The differential harness against kube-scheduler (issue 35 §2): generated cases on a control
+# plane of its own; `make test` runs a few hundred of the same seed (tests/oracle_tests).
+ORACLE_SEED ?= 35
+ORACLE_CASES ?= 5000
+ORACLE_ARGS ?=
+.PHONY: oracle
+oracle: setup k8s-bin ## ORACLE_CASES generated cases (seed ORACLE_SEED) under kube-scheduler and ours, compared; ORACLE_ARGS='--only 17' runs one again
+	$(PY) -m lj_runtimekit_testkit.oracle --seed $(ORACLE_SEED) --cases $(ORACLE_CASES) $(ORACLE_ARGS)
+
 .PHONY: cluster-up
 cluster-up: setup k8s-bin ## the local control plane with NODES KWOK nodes and REAL_NODES real ones; prints the kubeconfig
 	$(VENV)/bin/lj-cluster up --nodes $(NODES) --real-nodes $(REAL_NODES)

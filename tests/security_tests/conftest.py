@@ -128,6 +128,15 @@ class Caller:
         return Reply(int(status), data if isinstance(data, dict) else {"items": data})
 
 
+def caller_with(admin: client.ApiClient, token: str) -> Caller:
+    """A caller of ``admin``'s apiserver with ``token`` as its bearer token."""
+    cfg = client.Configuration()
+    cfg.host = admin.configuration.host
+    cfg.ssl_ca_cert = admin.configuration.ssl_ca_cert
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return Caller(client.ApiClient(cfg))
+
+
 @dataclass
 class Rig:
     """What the security tests act on."""
@@ -145,11 +154,7 @@ class Rig:
     job_image: str
 
     def caller(self, token: str) -> Caller:
-        cfg = client.Configuration()
-        cfg.host = self.admin.configuration.host
-        cfg.ssl_ca_cert = self.admin.configuration.ssl_ca_cert
-        cfg.api_key = {"authorization": f"Bearer {token}"}
-        return Caller(client.ApiClient(cfg))
+        return caller_with(self.admin, token)
 
     def as_(self, component: str) -> Caller:
         return self.caller(self.tokens[component])
@@ -203,7 +208,7 @@ def pod_body(name: str, node: str | None, **spec: Any) -> Obj:
     return body
 
 
-def _token(root: Caller, account: str, pod: Obj | None) -> str:
+def token_for(root: Caller, account: str, pod: Obj | None) -> str:
     """A TokenRequest for ``account``, bound to ``pod`` when given (as the kubelet asks for the
     token it mounts: the apiserver then adds the pod's node name to the token)."""
     spec: dict[str, Any] = {"audiences": [], "expirationSeconds": 3600}
@@ -253,8 +258,8 @@ def rig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             body["spec"]["automountServiceAccountToken"] = False
         pod = ok(root("POST", f"/api/v1/namespaces/{NS}/pods", body), f"{component} pod")
         holders.append(pod["metadata"]["name"])
-        tokens[component] = _token(root, account, pod)
-        unbound[component] = _token(root, account, None)
+        tokens[component] = token_for(root, account, pod)
+        unbound[component] = token_for(root, account, None)
     r = Rig(cluster, admin, own, other, victims, tokens, unbound, job_image())
 
     # Policies take effect once the apiserver has loaded them (and the controller's parameter).

@@ -106,3 +106,36 @@ async def test_a_waiter_preempted_between_reserving_and_sleeping_still_goes_befo
 
     await asyncio.gather(*(one(i) for i in range(30)))
     assert order == list(range(30))
+
+
+async def test_a_token_due_at_once_still_waits_behind_earlier_waiters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The machine stalls for 10 ms right after the 2nd caller reserved (due in 1 ms): by the
+    # time the 3rd asks, the bucket has refilled and its token is due at once. It must still go
+    # after the 2nd, whose wake-up the busy loop has not run yet (it went first in the full run
+    # of make test: [0, 11, 1, 2, ...]).
+    jump = [0.0]
+
+    def clock() -> float:
+        return time.monotonic() + jump[0]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "time", clock)
+    bucket = TokenBucket(qps=1000, burst=1, clock=clock)
+    reserve, calls = bucket.reserve, itertools.count()
+
+    def stalled() -> float:
+        delay = reserve()
+        if next(calls) == 1:
+            jump[0] += 0.010
+        return delay
+
+    monkeypatch.setattr(bucket, "reserve", stalled)
+    order: list[int] = []
+
+    async def one(i: int) -> None:
+        await bucket.wait()
+        order.append(i)
+
+    await asyncio.gather(*(one(i) for i in range(3)))
+    assert order == [0, 1, 2]

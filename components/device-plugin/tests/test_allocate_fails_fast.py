@@ -1,5 +1,8 @@
 """A Runtime socket that is missing or refuses connections fails Allocate at once, naming the
-socket, instead of waiting out the RPC deadline (the kubelet would retry into the same wait); a
+socket, instead of waiting out the RPC deadline (the kubelet would retry into the same wait),
+unless a restart explains it (liveness.py): then Allocate waits for the Runtime within the
+deadline, so a restart rejects no pod (issue 34 item 4; the first fix, 064c5bb, failed at once
+on every missing socket and the kubelet rejected the pods it admitted during Runtime restarts). A
 Runtime that is there but slow still gets the deadline (test_plugin_with_runtime_sim)."""
 
 from __future__ import annotations
@@ -19,17 +22,6 @@ from lj_runtimekit_device_plugin.resources import ResourceNames
 from lj_runtimekit_device_plugin.runtime import RuntimeClient, RuntimeUnavailable
 from lj_runtimekit_interface import sockets
 from lj_runtimekit_interface.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-
-# Issue 34 item 4, open: Allocate with the Runtime socket missing waits out the RPC deadline. The
-# first fix (a connect pre-check that failed at once) made the kubelet reject pods while the
-# Runtime restarted (tests/guide_tests/test_lifecycle_on_real_nodes.py::
-# test_many_pods_through_the_same_devices_with_restarts_at_random: UnexpectedAdmissionError), so
-# it was reverted; failing fast must not turn a Runtime restart into rejected pods.
-pytestmark = pytest.mark.xfail(
-    strict=True,
-    reason="issue 34 item 4: a missing Runtime socket waits out the deadline instead of failing "
-    "fast (the pre-check was reverted: it rejected pods during Runtime restarts)",
-)
 
 NAMES = ResourceNames()
 DEADLINE_S = 2.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -458,3 +459,87 @@ def _refusing_handshake(
         devices=lambda: [Device(id="gpu-0", memory_bytes=16 * GIB)],
     )
     return client, shake, events
+
+
+HEALTHY = device_pb2.Health(state=device_pb2.HEALTH_STATE_HEALTHY)
+
+
+def _lying_inventory() -> device_pb2.ListDevicesResponse:
+    good = [
+        device_pb2.Device(
+            id=f"gpu-{i}",
+            index=i,
+            kind=device_pb2.DEVICE_KIND_GPU,
+            memory_bytes=16 * GIB,
+            numa_node=0,
+            health=HEALTHY,
+        )
+        for i in range(2)
+    ]
+    far_numa = device_pb2.Device(
+        id="gpu-2",
+        index=2,
+        kind=device_pb2.DEVICE_KIND_GPU,
+        memory_bytes=16 * GIB,
+        numa_node=5000,
+        links=[
+            device_pb2.Link(
+                peer_id="gpu-0", type=device_pb2.LINK_TYPE_NVLINK, bandwidth_gbps=math.nan
+            )
+        ],
+        health=HEALTHY,
+    )
+    overfull = device_pb2.Device(
+        id="gpu-3",
+        index=3,
+        kind=device_pb2.DEVICE_KIND_GPU,
+        memory_bytes=16 * GIB,
+        partition_mode=device_pb2.PARTITION_MODE_MIG,
+        partitions=[
+            device_pb2.Partition(
+                id="gpu-3-mig-0", profile="1g.10gb", memory_bytes=64 * GIB, health=HEALTHY
+            )
+        ],
+        health=HEALTHY,
+    )
+    return device_pb2.ListDevicesResponse(devices=[*good, far_numa, overfull])
+
+
+@pytest.fixture
+async def lying_runtime() -> Any:
+    with socket_dir() as d:
+        h = HostileRuntime(d)
+        await h.start()
+        inventory = _lying_inventory()
+        h.answer("GetVersion", version_reply())
+        h.answer("ListDevices", inventory)
+        h.answer(
+            "WatchDevices",
+            device_pb2.WatchDevicesResponse(
+                type=device_pb2.DEVICE_EVENT_TYPE_SNAPSHOT, devices=inventory.devices
+            ),
+        )
+        try:
+            yield h
+        finally:
+            await h.stop()
+
+
+async def test_the_kubelet_and_metrics_see_a_lying_runtime_screened(lying_runtime: Any) -> None:
+    reg = Registrar()
+    async with kubelet(reg) as plugin_dir, daemon(lying_runtime, plugin_dir) as (url, _, task):
+        await _until(lambda: "aliyun.com/gpu" in reg.ok)
+        sock = plugin_dir / "lj-aliyun.com-gpu.sock"
+        async with grpc.aio.insecure_channel(sockets.unix_target(str(sock))) as ch:
+            stream = api_pb2_grpc.DevicePluginStub(ch).ListAndWatch(api_pb2.Empty())
+            first = await stream.read()
+            stream.cancel()
+        _, metrics = await _get(url + "/metrics")
+        assert not task.done()
+    assert isinstance(first, api_pb2.ListAndWatchResponse)
+    topology = {d.ID: [n.ID for n in d.topology.nodes] for d in first.devices}
+    # gpu-3's MIG instance is larger than gpu-3: the device is withheld; gpu-2's NUMA node
+    # cannot exist: it is advertised without one, not on node 5000 (nor clamped to 1023)
+    assert topology == {"gpu-0": [0], "gpu-1": [0], "gpu-2": []}
+    for field in ("partition.memory_bytes", "numa_node", "link.bandwidth_gbps"):
+        assert f'lj_device_plugin_runtime_values_dropped_total{{field="{field}"}}' in metrics

@@ -23,19 +23,11 @@ from hypothesis import strategies as st
 
 from lj_runtimekit_device_plugin.deviceplugin.assignment import ASSIGNMENT, Share, candidates
 from lj_runtimekit_device_plugin.deviceplugin.headroom import share_error
+from lj_runtimekit_device_plugin.domains import MAX_DEVICE_MEMORY_BYTES, MAX_DEVICES, screen
 from lj_runtimekit_device_plugin.errors import ConfigError
 from lj_runtimekit_device_plugin.inventory import Inventory
 from lj_runtimekit_device_plugin.kubelet import MAX_PODS_BYTES, PodsUnavailable, kubelet_pods
-from lj_runtimekit_device_plugin.model import (
-    GIB,
-    MAX_DEVICE_MEMORY_BYTES,
-    MAX_DEVICES,
-    Allocation,
-    Device,
-    Injection,
-    Partition,
-    screen,
-)
+from lj_runtimekit_device_plugin.model import GIB, Allocation, Device, Injection, Partition
 from lj_runtimekit_device_plugin.podview import PodView, pod_view
 from lj_runtimekit_device_plugin.resources import (
     CORE_UNITS_PER_GPU,

@@ -5,7 +5,9 @@ KubeSchedulerConfiguration, ours through --kube-api-qps/--kube-api-burst) one lo
 plane with KWOK GPU nodes. Each phase creates the same pods, first for kube-scheduler, then
 (once those are deleted) for ours, on the same nodes, and times create → bound from a watch:
 single-GPU pods, mixed shared/whole pods, then gangs (pod-group annotations; kube-scheduler,
-which has no gangs, places the same pods one by one). Then the DRA case (issue 24), on one more
+which has no gangs, places the same pods one by one), then one-GPU pods of which a third carry
+required pod anti-affinity (one per node within their group) and a third a rack spread
+constraint (issue 35). Then the DRA case (issue 24), on one more
 control plane: the same one-GPU pods on the classic path and through DRA, see run_dra.
 
     .venv/bin/python components/scheduler/bench/run.py --out build/bench [--nodes 1000]
@@ -159,6 +161,43 @@ def classic(scheduler: str, pool: str, shapes: list[Shape]) -> Creator:
     return create
 
 
+RACK = "network.topology/rack"
+HOSTNAME = "kubernetes.io/hostname"
+GROUPS = 10
+"""Replica sets of the constrained phase: pods of one group keep apart (or spread) together."""
+
+
+def constrained_body(name: str, scheduler: str, pool: str, i: int) -> dict[str, Any]:
+    """One GPU; the ``i``-th pod: a third with required anti-affinity (one per node among its
+    group), a third spread over racks (maxSkew 1, DoNotSchedule, its group), a third plain."""
+    body = pod_body(name, scheduler, pool, ({"aliyun.com/gpu": "1"}, {}))
+    group = f"g{i % GROUPS}"
+    if i % 3 == 0:
+        body["metadata"]["labels"] = {"anti": group}
+        term = {"labelSelector": {"matchLabels": {"anti": group}}, "topologyKey": HOSTNAME}
+        body["spec"]["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        }
+    elif i % 3 == 1:
+        body["metadata"]["labels"] = {"spread": group}
+        body["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": RACK,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"spread": group}},
+            }
+        ]
+    return body
+
+
+def constrained(scheduler: str, pool: str) -> Creator:
+    def create(api: client.ApiClient, ns: str, i: int) -> float:
+        return create_pod(api, ns, constrained_body(f"p-{i}", scheduler, pool, i))
+
+    return create
+
+
 def shapes(args: argparse.Namespace) -> dict[str, list[Shape]]:
     gang = {"aliyun.com/gpu": "8"}
     return {
@@ -192,11 +231,20 @@ def run(args: argparse.Namespace, qps: float, burst: int) -> list[Figure]:
         theirs_pid = next(p.pid for p in cp.processes if p.name == "kube-scheduler")
         figures = []
         results: dict[str, dict[str, float]] = {}
-        for label, pods in shapes(args).items():
-            t = phase(cluster, len(pods), classic(THEIRS, POOL, pods), args.deadline)
-            o = phase(cluster, len(pods), classic(OURS, POOL, pods), args.deadline)
+        phases: list[tuple[str, int, Creator, Creator]] = [
+            (label, len(pods), classic(THEIRS, POOL, pods), classic(OURS, POOL, pods))
+            for label, pods in shapes(args).items()
+        ]
+        if args.constrained:
+            label = "constrained (1/3 anti-affinity, 1/3 rack spread, 1 GPU each)"
+            phases.append(
+                (label, args.constrained, constrained(THEIRS, POOL), constrained(OURS, POOL))
+            )
+        for label, n, theirs, mine in phases:
+            t = phase(cluster, n, theirs, args.deadline)
+            o = phase(cluster, n, mine, args.deadline)
             results[f"{label} theirs"], results[f"{label} ours"] = t, o
-            where = f"{len(pods)} {label} pods, {args.nodes} nodes, {client_label}"
+            where = f"{n} {label} pods, {args.nodes} nodes, {client_label}"
             figures += [
                 Figure(
                     f"pods/s, {where}", o["pods_per_s"], "pods/s", t["pods_per_s"], "kube-scheduler"
@@ -384,6 +432,13 @@ def main() -> int:
     ap.add_argument("--mixed", type=int, default=1000, help="mixed shared/whole pods")
     ap.add_argument("--gangs", type=int, default=20, help="gangs")
     ap.add_argument("--gang-size", type=int, default=32, help="pods per gang")
+    ap.add_argument(
+        "--constrained",
+        type=int,
+        default=3000,
+        help="pods of the constrained phase (a third with required anti-affinity, a third "
+        "spread over racks, issue 35); 0 skips it",
+    )
     ap.add_argument(
         "--clients",
         default="50/100,5000/5000",

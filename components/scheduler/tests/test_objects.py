@@ -1,4 +1,5 @@
 import contextlib
+import re
 from typing import Any
 
 import pytest
@@ -80,13 +81,59 @@ def test_unsupported_features_are_named() -> None:
         "metadata": {"uid": "u", "name": "p"},
         "spec": {
             "containers": [],
-            "topologySpreadConstraints": [{}],
-            "affinity": {"podAntiAffinity": {"x": 1}},
+            "resourceClaims": [{"name": "gpu"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
         },
     }
     p = objects.pod(raw)
-    assert any("topology spread" in u for u in p.unsupported)
-    assert any("anti-affinity" in u for u in p.unsupported)
+    # the claim of a volume is scheduled (VolumeBinding): only the pod's own DRA claims are named
+    assert p.unsupported == ("dynamic resource allocation (spec.resourceClaims)",)
+
+
+def test_inter_pod_affinity_and_topology_spread_are_placed_not_refused() -> None:
+    """Issue 35: kube-scheduler's InterPodAffinity and PodTopologySpread are plugins here."""
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}
+    required = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    raw = {
+        "metadata": {"uid": "u", "name": "p", "namespace": "ns", "labels": {"app": "web"}},
+        "spec": {
+            "containers": [],
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+            ],
+            "affinity": {"podAffinity": required, "podAntiAffinity": required},
+        },
+    }
+    p = objects.pod(raw)
+    assert p.unsupported == ()
+    assert len(p.spread) == 1
+    assert p.spread[0].hard
+    assert p.affinity.required[0].namespaces == frozenset({"ns"})
+    assert p.affinity.required_anti[0].topology_key == "zone"
+
+
+@pytest.mark.parametrize(
+    ("spec", "names"),
+    [
+        ({"topologySpreadConstraints": [{}]}, "spec.topologySpreadConstraints[0].maxSkew"),
+        (
+            {
+                "affinity": {
+                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}
+                }
+            },
+            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+            ".topologyKey",
+        ),
+    ],
+    ids=["spread-without-max-skew", "anti-affinity-without-topology-key"],
+)
+def test_a_malformed_spread_or_affinity_is_refused_naming_the_field(
+    spec: dict[str, object], names: str
+) -> None:
+    # the apiserver would not have accepted either: the feed skips the object, naming it
+    with pytest.raises(ValueError, match=re.escape(names)):
+        objects.pod({"metadata": {"uid": "u", "name": "p"}, "spec": {"containers": [], **spec}})
 
 
 def test_a_pod_of_a_workload_api_pod_group_is_unsupported() -> None:

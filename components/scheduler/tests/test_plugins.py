@@ -217,8 +217,8 @@ def test_node_filters(check: Any, pod_spec: dict[str, Any], node_obj: Any, fits:
 def test_gates_and_unsupported_fail_in_prefilter() -> None:
     gated = pod(schedulingGates=[{"name": "wait"}])
     assert not scheduling_gates.SchedulingGates().pre_filter(CycleState(), gated).ok
-    spread = pod(topologySpreadConstraints=[{"maxSkew": 1}])
-    st = unsupported_features.UnsupportedFeatures().pre_filter(CycleState(), spread)
+    claims = pod(resourceClaims=[{"name": "gpu"}])
+    st = unsupported_features.UnsupportedFeatures().pre_filter(CycleState(), claims)
     assert not st.ok
     assert st.unresolvable
-    assert "topology spread" in st.reason
+    assert "dynamic resource allocation" in st.reason

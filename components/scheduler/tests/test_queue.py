@@ -82,3 +82,26 @@ def test_a_gang_s_pending_members_are_found_in_any_sub_queue() -> None:
     assert [m.uid for m in q.gang_members(gid)] == ["a"]
     q.done("a")
     assert q.gang_members(gid) == []
+
+
+def test_a_pod_placed_unparks_only_the_pods_whose_required_affinity_waits_for_pods() -> None:
+    # kube-scheduler's queueing hint of InterPodAffinity: an assigned pod added may make a pod
+    # with required pod affinity schedulable; the others stay parked until their own events
+    from lj_runtimekit_scheduler import objects
+
+    term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}
+    spec = {
+        "containers": [],
+        "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+    }
+    waiting = objects.pod({"metadata": {"uid": "w", "name": "w"}, "spec": spec})
+    q = SchedulingQueue(backoff_initial_s=1, unschedulable_retry_s=60)
+    q.add(waiting, 0)
+    q.add(p("plain"), 0)
+    for _ in range(2):
+        got = q.pop(0)
+        assert got is not None
+        q.failed(got.uid, 0, unschedulable=True)
+    assert q.pod_placed(5) == 1
+    assert [q.pop(5) for _ in range(2)] == [waiting, None]
+    assert q.pod_placed(5) == 0, "told once"

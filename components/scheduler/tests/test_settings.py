@@ -242,3 +242,34 @@ def test_settings_import_no_plugin() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_spread_defaults_are_kube_scheduler_s_system_or_a_list(tmp_path: Path) -> None:
+    # PodTopologySpreadArgs: defaultingType System (the default) or List with
+    # defaultConstraints, which name no labelSelector; System with constraints is refused
+    assert settings.Settings().spread_defaulting == "System"
+    doc = tmp_path / "c.yaml"
+    doc.write_text(
+        "version: v1\nspread_defaulting: List\nspread_default_constraints:\n"
+        "  - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, "
+        "whenUnsatisfiable: DoNotSchedule}\n"
+    )
+    s = settings.load(["--config", str(doc)], {})
+    assert [(c.max_skew, c.topology_key, c.hard) for c in s.spread_default_constraints] == [
+        (1, "topology.kubernetes.io/zone", True)
+    ]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "version: v1\nspread_defaulting: List\nspread_default_constraints:\n"
+        "  - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, "
+        "labelSelector: {}}\n"
+    )
+    with pytest.raises(ConfigError, match="no labelSelector"):
+        settings.load(["--config", str(bad)], {})
+    system = tmp_path / "system.yaml"
+    system.write_text(
+        "version: v1\nspread_default_constraints:\n"
+        "  - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}\n"
+    )
+    with pytest.raises(ConfigError, match="only with spread_defaulting List"):
+        settings.load(["--config", str(system)], {})

@@ -58,6 +58,8 @@ class ActionLoop:
             for kind in ("nodes", "jobs", "configmaps")
         }
         self._reserved = 0
+        self._recorded: set[str] = set()
+        """Uids of the finished agent Jobs whose result this controller wrote on their node."""
         self.vouched: dict[str, dict[str, str]] = {}
         """Node → status annotation key → the value this controller wrote there from its own
         agent Job's result: the only status it believes (:func:`steps.next_step`)."""
@@ -123,6 +125,8 @@ class ActionLoop:
                 self.vouched.pop(gone, None)
         cache.clear()
         cache.update(fresh)
+        if kind == "jobs":
+            self._recorded &= {o["metadata"].get("uid", "") for o in items}
 
     def _event(self, kind: str, kind_of_event: str, obj: Obj) -> None:
         if kind == "configmaps":
@@ -131,6 +135,8 @@ class ActionLoop:
         cache = self.nodes if kind == "nodes" else self.jobs
         if kind_of_event == "DELETED":
             cache.pop(obj["metadata"]["name"], None)
+            if kind == "jobs":
+                self._recorded.discard(obj["metadata"].get("uid", ""))
             if kind == "nodes":
                 self.vouched.pop(obj["metadata"]["name"], None)
         else:
@@ -176,8 +182,20 @@ class ActionLoop:
         return partitioning.desired(labels.get(self.s.layout_label_key), self.layouts, where)
 
     def active_jobs(self) -> int:
-        running = sum(1 for j in self.jobs.values() if (v := job_view(j)) and v.phase == "running")
-        return running + self._reserved
+        """The agent Jobs that hold a slot of ``max_active_jobs``: running ones, finished ones
+        whose result this controller has not yet recorded on their node (a Job is done with only
+        once its result is written and, when it succeeded, it is deleted; counting it until then
+        keeps the limit a bound on the Jobs that exist, however far recording lags behind under
+        load), and creations in flight."""
+        held = self._reserved
+        for j in self.jobs.values():
+            v = job_view(j)
+            if v is None:
+                continue
+            unrecorded = v.uid not in self._recorded and job_node(j) in self.nodes
+            if v.phase == "running" or unrecorded:
+                held += 1
+        return held
 
     def step_for(self, name: str) -> steps.NextStep | None:
         """The next step for the node (:func:`steps.next_step`); None when it is gone."""
@@ -285,6 +303,7 @@ class ActionLoop:
             wait_interval=self.s.partition_wait_interval,
         )
         node = await self._write_status(name, *rec.annotation)
+        self._recorded.add(job.uid)
         if rec.event is not None:
             await self.kube.node_event(node, *rec.event)
         self.metrics.actions.labels(job.action, rec.result).inc()

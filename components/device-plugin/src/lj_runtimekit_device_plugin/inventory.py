@@ -11,7 +11,8 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .model import MAX_DEVICES, Device, RuntimeInfo, ids_of, screen
+from .domains import MAX_DEVICES, ids_of, screen
+from .model import Device, RuntimeInfo
 
 
 @dataclass(frozen=True)

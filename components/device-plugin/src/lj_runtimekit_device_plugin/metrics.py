@@ -86,6 +86,15 @@ class PluginMetrics:
             ["method"],
             registry=self.registry,
         )
+        self.runtime_values_dropped = Counter(
+            "lj_device_plugin_runtime_values_dropped",
+            "Values the Runtime reported outside their domain (negative or absurd memory, "
+            "partitions above their device, percents above 100, repeated ids, NaN bandwidth), "
+            "per field; each is left out (its device, the value, or shares on it), never "
+            "clamped. Counted at every reply that has it.",
+            ["field"],
+            registry=self.registry,
+        )
         self.registration_failures = Counter(
             "lj_device_plugin_registration_failures",
             "Registrations the kubelet refused or did not answer, per resource (retried).",

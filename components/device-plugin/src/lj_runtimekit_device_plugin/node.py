@@ -21,10 +21,11 @@ from . import lifecycle
 from .handover import Handover, next_change
 from .health import HealthFollower
 from .inventory import Inventory, View
-from .kube import ApiserverUnavailable, Publisher, api_client, node_pods
+from .kube import ApiserverUnavailable, Publisher, api_client, node_pods, post_event
 from .kubelet import PodResourcesClient, PodsUnavailable, kubelet_pods
 from .metrics import PluginMetrics
 from .model import Device, RuntimeInfo
+from .pod_events import PodEvents
 from .podview import PodView, pod_state, pod_view
 from .reclaim import Claimed, Listed, Reclaimer
 from .reconcile import PodState
@@ -70,6 +71,8 @@ class Parts:
     """The apiserver client; None when none is configured."""
     pods: PodLister | None
     """The pods on this node from the configured source; None when it cannot be reached."""
+    events: PodEvents
+    """Warning Events on pods (refusals at Allocate and Prepare), one rate limit for all."""
 
 
 @dataclass(frozen=True)
@@ -135,10 +138,37 @@ def ours(names: ResourceNames) -> Callable[[str], bool]:
 
 async def connect(s: Settings, metrics: PluginMetrics) -> Parts:
     client = RuntimeClient(
-        s.socket_dir, s.rpc_timeout, on_garbage=lambda m: metrics.runtime_garbage.labels(m).inc()
+        s.socket_dir,
+        s.rpc_timeout,
+        on_garbage=lambda m: metrics.runtime_garbage.labels(m).inc(),
+        on_dropped=lambda f: metrics.runtime_values_dropped.labels(f).inc(),
+        restart_grace=s.runtime_restart_grace,
     )
     api = await _apiserver(s)
-    return Parts(s, names_of(s), metrics, Inventory(), client, api, _pod_lister(s, api))
+    return Parts(
+        s,
+        names_of(s),
+        metrics,
+        Inventory(),
+        client,
+        api,
+        _pod_lister(s, api),
+        _events(s, api, metrics),
+    )
+
+
+def _events(s: Settings, api: Any, metrics: PluginMetrics) -> PodEvents:
+    """Warning Events on pods through the apiserver (only the log line without one), each
+    counted by reason, the ones the overall rate limit leaves out too."""
+
+    async def post(pod: PodView, reason: str, message: str) -> None:
+        await post_event(api, (pod.namespace, pod.name, pod.uid), reason, message, node=s.node_name)
+        metrics.events.labels(reason).inc()
+
+    return PodEvents(
+        post if api is not None else None,
+        dropped=lambda r: metrics.events_dropped.labels(r).inc(),
+    )
 
 
 def build(parts: Parts, reclaiming: Reclaiming) -> Node:

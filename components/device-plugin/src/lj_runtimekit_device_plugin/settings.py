@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 import socket
@@ -87,6 +88,15 @@ class Settings:
         5.0,
     )
     rpc_timeout: float = _doc("Seconds one Runtime call may take.", 5.0)
+    runtime_restart_grace: float = _doc(
+        "Seconds after the Runtime was last seen alive (an answer, an open WatchDevices stream, a "
+        "connection its socket took) during which a device-daemon.sock that takes no connection "
+        "is a Runtime restarting: Allocate (and Prepare) waits for it, within rpc_timeout. "
+        "Later, or before the Runtime was ever seen, the Runtime is down and Allocate fails at "
+        "once naming the socket. 0: never wait for a missing socket. Default: the guide's "
+        "longest reconnect backoff.",
+        30.0,
+    )
     allocate_timeout: float = _doc(
         "Seconds Allocate may take in all (the kubelet gives none) before failing clearly.", 10.0
     )
@@ -288,6 +298,11 @@ class Settings:
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} {getattr(self, name)}: expected a positive number")
+        if not 0 <= self.runtime_restart_grace < math.inf:
+            raise ConfigError(
+                f"runtime_restart_grace {self.runtime_restart_grace}: expected a number of "
+                "seconds, 0 or more"
+            )
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}

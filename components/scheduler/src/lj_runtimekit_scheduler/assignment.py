@@ -105,6 +105,78 @@ def actual_devices(pod: Pod) -> dict[str, dict[str, tuple[str, ...]]]:
         return {}
 
 
+def report_believed(pod: Pod) -> bool:
+    """Whether the ``allocation`` report is the device plugin's: it writes the report and its
+    ``allocated`` mark in one patch, so a client that edited the report alone owns it apart."""
+    return pod.writers(ALLOCATION_ANNOTATION) <= pod.writers(ALLOCATED_ANNOTATION)
+
+
+def left_by_binding(pod: Pod) -> bool:
+    """No client set ``gpu-assignment`` since the Binding did (managedFields name none)."""
+    return not pod.writers(ASSIGNMENT_ANNOTATION)
+
+
+def fit_requests(pod: Pod, ids: Choice | None) -> Choice | None:
+    """The devices ``ids`` names, at the sizes ``pod``'s containers request: as many whole
+    devices as each asks (``gpu`` + ``ppu``), its share (``gpu-core``, ``gpu-memory``) on the
+    first shared device named for it. The sizes are the pod's spec, which nobody can edit on a
+    bound pod; a container ``ids`` names no device for holds nothing here."""
+    given = dict(ids.containers) if ids is not None else {}
+    out = []
+    for r in pod.devices:
+        slices = given.get(r.container, ())
+        whole = list(dict.fromkeys(s.device for s in slices if s.whole))[: r.gpus + r.ppus]
+        new = [Slice(d, whole=True) for d in whole]
+        if r.shared and (shared := next((s.device for s in slices if not s.whole), None)):
+            new.append(Slice(shared, False, r.core, r.memory_gib))
+        if new:
+            out.append((r.container, tuple(new)))
+    return Choice(tuple(out)) if out else None
+
+
+def reported(pod: Pod, names: ResourceNames) -> Choice | None:
+    """The devices the device plugin reports each container got, sized by the pod's requests
+    (None: no report it wrote)."""
+    actual = actual_devices(pod) if report_believed(pod) else {}
+    ids = Choice(
+        tuple(
+            (
+                name,
+                (
+                    *(Slice(i, whole=True) for r in (names.gpu, names.ppu) for i in got.get(r, ())),
+                    *(Slice(i) for r in (names.gpu_core, names.gpu_memory) for i in got.get(r, ())),
+                ),
+            )
+            for name, got in actual.items()
+        )
+    )
+    return fit_requests(pod, ids) if actual else None
+
+
+def believed(pod: Pod, annotated: Choice | None) -> bool:
+    """Whether a bound pod's ``gpu-assignment``, seen for the first time (a restart, a new
+    leader), is the decision its scheduler wrote: left as the Binding set it, and giving each
+    container exactly what it requests (what the scheduler always writes)."""
+    if annotated is None or not left_by_binding(pod):
+        return False
+    return _unordered(fit_requests(pod, annotated)) == _unordered(annotated)
+
+
+def rebuilt(
+    pod: Pod, annotated: Choice | None, names: ResourceNames = DEFAULT_NAMES
+) -> Choice | None:
+    """What a bound pod whose decision is not :func:`believed` holds: the sizes it requests, on
+    the devices the device plugin reports each container got, else on those the annotation
+    names (the device plugin allocates at admission what the annotation says then, and refuses
+    it where it does not fit). Never a size the annotation gives."""
+    base = held(pod, fit_requests(pod, annotated), names)
+    have = base.containers if base is not None else ()
+    report = reported(pod, names)
+    named = {name for name, _ in have}
+    extra = [c for c in (report.containers if report else ()) if c[0] not in named]
+    return Choice((*have, *extra)) if extra else base
+
+
 def held(pod: Pod, choice: Choice | None, names: ResourceNames = DEFAULT_NAMES) -> Choice | None:
     """What ``pod`` holds: ``choice`` (its decision), with each container's devices replaced by
     the ones the device plugin reports where they differ. Whole devices (``gpu``, ``ppu``) are
@@ -112,7 +184,7 @@ def held(pod: Pod, choice: Choice | None, names: ResourceNames = DEFAULT_NAMES) 
     container is counted once, on the devices it really has, never on both."""
     if choice is None:
         return None
-    actual = actual_devices(pod)
+    actual = actual_devices(pod) if report_believed(pod) else {}
     if not actual:
         return choice
     whole_names, shared_names = (names.gpu, names.ppu), (names.gpu_core, names.gpu_memory)
@@ -146,6 +218,15 @@ def _canonical(choice: Choice | None) -> tuple[tuple[str, tuple[Slice, ...]], ..
         for name, slices in choice.containers
         if slices
     )
+
+
+def _slice_key(s: Slice) -> tuple[bool, str, int, int]:
+    return (s.whole, str(s.device), s.core, s.memory_gib)
+
+
+def _unordered(choice: Choice | None) -> list[tuple[str, list[tuple[bool, str, int, int]]]]:
+    """``choice`` as its annotation carries it, in no particular order of containers or devices."""
+    return sorted((name, sorted(map(_slice_key, slices))) for name, slices in _canonical(choice))
 
 
 def same(a: Choice | None, b: Choice | None) -> bool:

@@ -1,6 +1,8 @@
 """The feed: nodes, NodeDevices and pods into the state and the queue, ResourceSlices and
-ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), PodDisruptionBudgets for
-preemption, one informer each.
+ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), claims, PVs and the
+storage objects into its storage cache (:mod:`.storage`), namespaces' labels (inter-pod terms'
+namespaceSelector), PodDisruptionBudgets for preemption and, when the default spread constraints
+need them, the selectors of Services and pod controllers (:mod:`.workloads`), one informer each.
 
 Each kind is listed, then watched from the list's resourceVersion (``informer.py``); a closed
 stream is resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried
@@ -18,10 +20,11 @@ from typing import Any
 
 import structlog
 
-from . import budgets, objects
+from . import budgets, objects, storage, workloads
 from .errors import PermanentError, TemporaryError
 from .informer import Informer
 from .kube import Gone, Json, Kube
+from .plugins import pod_topology_spread
 from .queue import SchedulingQueue
 from .scheduler import Recorder
 from .settings import Settings
@@ -29,9 +32,35 @@ from .state import ClusterState
 
 log = structlog.get_logger("lj_runtimekit_scheduler.informer")
 
-KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims", "poddisruptionbudgets")
-OPTIONAL = ("resourceslices", "resourceclaims", "poddisruptionbudgets")
-"""Kinds a cluster may not serve: the scheduler starts without them."""
+KINDS = (
+    "nodes",
+    "nodedevices",
+    "pods",
+    "resourceslices",
+    "resourceclaims",
+    *storage.KINDS,
+    "namespaces",
+    "poddisruptionbudgets",
+)
+OPTIONAL = (
+    "resourceslices",
+    "resourceclaims",
+    *storage.KINDS,
+    "namespaces",
+    *workloads.KINDS,
+    "poddisruptionbudgets",
+)
+"""Kinds a cluster may not serve (or the scheduler's role, or an older RBAC, may not grant): it
+starts without them. Pods without claims never wait for the storage kinds; a pod with claims
+waits until they are listed (VolumeBinding says so)."""
+
+
+def kinds(settings: Settings) -> tuple[str, ...]:
+    """The kinds watched: the workloads only when default spread constraints may apply."""
+    spreads = any(p.name == pod_topology_spread.NAME for p in settings.plugins)
+    system = settings.spread_defaulting == pod_topology_spread.SYSTEM
+    defaults = system or bool(settings.spread_default_constraints)
+    return KINDS + (workloads.KINDS if spreads and defaults else ())
 
 
 class Informers:
@@ -62,7 +91,7 @@ class Informers:
                 resume_after_error=True,
                 log=log,
             )
-            for kind in KINDS
+            for kind in kinds(settings)
         }
         self.synced = {k: i.synced for k, i in self.informers.items()}
         self._handlers: dict[str, Callable[[str, Json], None]] = {
@@ -71,6 +100,9 @@ class Informers:
             "pods": self._pod,
             "resourceslices": self._slice,
             "resourceclaims": self._claim,
+            **{k: partial(self._storage, k) for k in storage.KINDS},
+            "namespaces": self._namespace,
+            **{k: partial(self._workload, k) for k in workloads.KINDS},
             "poddisruptionbudgets": self._budget,
         }
 
@@ -117,6 +149,12 @@ class Informers:
             seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.dra.claims if u not in seen]:
                 self.state.set_claim(None, uid)
+        elif kind in storage.KINDS:
+            self.state.storage.relist(kind, items)
+        elif kind == "namespaces":
+            self.state.namespace_labels.clear()
+        elif kind in workloads.KINDS:
+            self.state.workloads.clear(kind)
         elif kind == "poddisruptionbudgets":
             seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.budgets if u not in seen]:
@@ -161,6 +199,34 @@ class Informers:
             self.state.set_claim(obj)
         self._changed()
 
+    def _storage(self, kind: str, ev_type: str, obj: Json) -> None:
+        self.state.storage.apply(kind, ev_type, obj)
+        if ev_type != "DELETED":
+            # a claim bound, a PV or class added, a CSI node or capacity changed may let a pod
+            # with claims in (kube-scheduler's VolumeBinding events: Add and Update only)
+            self._changed()
+
+    def _namespace(self, ev_type: str, obj: Json) -> None:
+        name = obj["metadata"]["name"]
+        if ev_type == "DELETED":
+            self.state.namespace_labels.pop(name, None)
+        else:
+            raw = obj["metadata"].get("labels") or {}
+            if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+                raise ValueError(f"namespace {name}: labels are not a map of strings")
+            if self.state.namespace_labels.get(name) == raw:
+                return
+            self.state.namespace_labels[name] = raw
+        self._changed()
+
+    def _workload(self, kind: str, ev_type: str, obj: Json) -> None:
+        meta = obj["metadata"]
+        ns, name = str(meta.get("namespace", "default")), str(meta["name"])
+        if ev_type == "DELETED":
+            self.state.workloads.delete(kind, ns, name)
+        else:
+            self.state.workloads.put(kind, ns, name, workloads.selector_of(kind, obj))
+
     def _budget(self, ev_type: str, obj: Json) -> None:
         uid = str(obj["metadata"]["uid"])
         if ev_type == "DELETED":
@@ -192,11 +258,18 @@ class Informers:
         self.queue.delete(pod.uid)
         self.state.unnominate(pod.uid)  # bound (or ended): a nomination is for a pending pod
         held, was_pending = pod.uid in self.state.pods, self.state.is_pending(pod.uid)
-        if (edited := self.state.observe_pod(pod)) is not None:
+        assumed = pod.uid in self.state.assumed
+        # another scheduler's pod with our annotation is counted by its requests, not told
+        if (edited := self.state.observe_pod(pod)) is not None and ours:
             msg = edited.message()
             log.warning("gpu_assignment_edited", pod=pod.key, node=pod.node_name, why=msg)
             if self.recorder is not None:
                 self.recorder.event(pod, "Warning", "GpuAssignmentEdited", msg)
+        # a pod bound (seen first, or our assumption confirmed): pods whose required pod
+        # affinity waits for one like it may fit now (kube-scheduler's queueing hint)
+        placed = (not held or assumed) and pod.uid in self.state.pods
+        if placed and self.queue.pod_placed(time.monotonic()):
+            self.poke()
         if held and pod.uid not in self.state.pods:
             self._changed()  # a pod finished: its resources are free again
         elif was_pending and not self.state.is_pending(pod.uid):
@@ -211,4 +284,4 @@ class Informers:
 
 
 def tasks(inf: Informers) -> dict[str, Any]:
-    return {f"informer-{k}": inf.run(k) for k in KINDS}
+    return {f"informer-{k}": inf.run(k) for k in inf.informers}

@@ -8,6 +8,9 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+import structlog
+
+from .errors import SchedulerError
 from .gang import gang_of
 from .gpu import Choice
 from .model import Pod
@@ -15,6 +18,7 @@ from .state import ClusterState, NodeInfo
 from .whatif import with_nominated
 
 T = TypeVar("T")
+log = structlog.get_logger("lj_runtimekit_scheduler.framework")
 
 
 class Slot(Generic[T]):
@@ -74,6 +78,9 @@ class Status:
     skip: bool = False
     """From PreFilter: this plugin's Filter has nothing to check for this pod (kube-scheduler's
     Skip status); the cycle does not call it on any node."""
+    nodes: frozenset[str] | None = None
+    """From PreFilter: only these nodes can pass (kube-scheduler's PreFilterResult.NodeNames);
+    the others are not evaluated. None: any node."""
 
 
 OK = Status()
@@ -189,6 +196,14 @@ class ClaimWriter(Protocol):
     async def delete_claim(self, namespace: str, name: str) -> None: ...
 
 
+def cross_node(plugin: object) -> bool:
+    """Whether a plugin's Filter verdict or Score on a node depends on pods on *other* nodes
+    (it says so with ``CROSS_NODE = True``, as InterPodAffinity and PodTopologySpread do), or
+    on the set of feasible nodes (it has a PreScore). The Profile never remembers such a
+    plugin's verdict or score across cycles: a pod landing anywhere may change it."""
+    return getattr(plugin, "CROSS_NODE", False) is True or isinstance(plugin, PreScorePlugin)
+
+
 def normalize_max(scores: dict[str, int]) -> dict[str, int]:
     """Scale to 0-100 by the best node (kube-scheduler's DefaultNormalizeScore)."""
     top = max(scores.values(), default=0)
@@ -210,7 +225,7 @@ def feasible_to_find(nodes: int) -> int:
 Scores = tuple[int, ...]
 Verdict = tuple[str | None, Scores]
 """One node for one pod shape: the first failing Filter's reason (None: feasible) and the raw
-score of every Score plugin, in profile order."""
+score of every Score plugin that is not :func:`cross_node`, in profile order."""
 
 
 @dataclass
@@ -218,11 +233,19 @@ class Walk:
     """One cycle's pass over the nodes."""
 
     filters: list[Any]
+    """This cycle's Filter plugins whose verdict depends on the node alone (remembered)."""
+    cross: list[Any]
+    """This cycle's :func:`cross_node` Filter plugins: run on every node walked, in every
+    cycle; a node they reject gets the node-local verdict only when it matters (no node is
+    feasible), so its reason is the first failing Filter's in profile order."""
     shape: int
     feasible: list[NodeInfo] = field(default_factory=list)
     raw: list[Scores] = field(default_factory=list)
     fresh: set[str] = field(default_factory=set)
     """Nodes evaluated in this cycle (their per-cycle plugin state is in the CycleState)."""
+    volatile: bool = False
+    """The pod's verdicts depend on more than its node (its claims: PVs and PVCs); nothing is
+    remembered for it."""
     reasons: dict[str, str] = field(default_factory=dict)
 
 
@@ -241,6 +264,7 @@ def shape(pod: Pod) -> Hashable:
         pod.preferred_terms,
         pod.tolerations,
         pod.priority,  # which nominated pods it must leave room for (whatif.with_nominated)
+        pod.volumes,
     )
 
 
@@ -248,23 +272,41 @@ def shape(pod: Pod) -> Hashable:
 class Result:
     node: str | None
     reasons: dict[str, str]
-    """node → the first failing plugin's reason (or ``"*"`` for a pod-level reason)."""
+    """node → the first failing plugin's reason (or ``"*"`` for a pod-level reason); when a
+    node was found, a node a cross-node plugin rejected may carry that plugin's reason."""
     unresolvable: bool = False
     post_filter: str = ""
     """What the PostFilter plugins said (``preemption: ...``), appended to FailedScheduling."""
+
+
+@dataclass(frozen=True)
+class PreFiltered:
+    """What one pod's PreFilter leaves its Filter."""
+
+    active: list[Any]
+    """The Filter plugins the cycle runs, in profile order (those whose PreFilter said Skip
+    left out)."""
+    allowed: frozenset[str] | None = None
+    """The only nodes that can pass (the PreFilter results' intersection); None: any."""
+    narrowed: list[str] = field(default_factory=list)
+    """The PreFilter plugins that narrowed the nodes."""
 
 
 class Filtering:
     """The Filter chain of one pod's cycle (its PreFilter done), for a PostFilter plugin to run
     on what-if copies of nodes (kube-scheduler's ``RunFilterPluginsWithNominatedPods``)."""
 
-    def __init__(self, cs: CycleState, pod: Pod, filters: list[Any], state: ClusterState) -> None:
-        self.cs, self.pod, self.filters, self.state = cs, pod, filters, state
+    def __init__(self, cs: CycleState, pod: Pod, pre: PreFiltered, state: ClusterState) -> None:
+        self.cs, self.pod, self.state = cs, pod, state
+        self.filters, self.allowed = pre.active, pre.allowed
 
     def run(self, info: NodeInfo) -> Status:
         """The first failing filter on ``info`` (its reason ``"<plugin>: <why>"``), else OK;
         then the same on ``info`` with the pods nominated there that this pod must leave room
-        for, so the devices GpuFit chose last (``cs.chosen``) are those it would get."""
+        for, so the devices GpuFit chose last (``cs.chosen``) are those it would get. A node
+        the PreFilter results left out fails for good (kube-scheduler: unresolvable)."""
+        if self.allowed is not None and info.node.name not in self.allowed:
+            return Status(False, "node(s) didn't satisfy the pod's PreFilter", True)
         for view in (info, with_nominated(self.state, self.pod, info)):
             if view is None:
                 continue
@@ -286,6 +328,10 @@ class Profile:
         self.post_filter = [p for p, _ in plugins if isinstance(p, PostFilterPlugin)]
         self.pre_score = [p for p, _ in plugins if isinstance(p, PreScorePlugin)]
         self.score = [(p, w) for p, w in plugins if isinstance(p, ScorePlugin) and w > 0]
+        self._cross = {p.NAME for p, _ in plugins if cross_node(p)}
+        """Names of the :func:`cross_node` plugins."""
+        self._remembered = [k for k, (p, _) in enumerate(self.score) if p.NAME not in self._cross]
+        """Indices in :attr:`score` of the plugins whose raw score is remembered per node."""
         self.reserve = [p for p, _ in plugins if isinstance(p, ReservePlugin)]
         self.permit = [p for p, _ in plugins if isinstance(p, PermitPlugin)]
         self.pre_bind = [p for p, _ in plugins if isinstance(p, PreBindPlugin)]
@@ -315,19 +361,20 @@ class Profile:
 
     def _scores(self, cs: CycleState, pod: Pod, info: NodeInfo, spent: list[float]) -> Scores:
         out = []
-        for k, (sp, _) in enumerate(self.score):
+        for k in self._remembered:
             t0 = time.perf_counter()
-            out.append(sp.score(cs, pod, info))
+            out.append(self.score[k][0].score(cs, pod, info))
             spent[k] += time.perf_counter() - t0
         return tuple(out)
 
     def _evaluate(
         self, cs: CycleState, pod: Pod, info: NodeInfo, filters: list[Any], spent: list[float]
     ) -> Verdict:
-        """The Filter chain on one node, then (when it passes) every Score plugin. A node where
-        pods are nominated that this one must leave room for is filtered once more with them on
-        it (kube-scheduler's ``RunFilterPluginsWithNominatedPods``; the node's version moves
-        with its nominations, and the pod's priority is part of its shape)."""
+        """The node-local Filter chain on one node, then (when it passes) the remembered
+        Score plugins. A node where pods are nominated that this one must leave room for is
+        filtered once more with them on it (kube-scheduler's ``RunFilterPluginsWithNominatedPods``;
+        the node's version moves with its nominations, and the pod's priority is part of its
+        shape)."""
         views = [info]
         if self._state is not None and (held := with_nominated(self._state, pod, info)):
             views.append(held)
@@ -336,13 +383,13 @@ class Profile:
                 st = f.filter(cs, pod, view)
                 if not st.ok:
                     return (f"{f.NAME}: {st.reason}", ())
-        return (None, self._scores(cs, pod, info, spent) if not self.pre_score else ())
+        return (None, self._scores(cs, pod, info, spent))
 
     def _verdict(
         self, cs: CycleState, pod: Pod, info: NodeInfo, walk: Walk, spent: list[float]
     ) -> Verdict:
         name = info.node.name
-        if self.pre_score:  # their state is per cycle: nothing is remembered
+        if walk.volatile:  # its claims' PVs and PVCs are not the node's: nothing is remembered
             walk.fresh.add(name)
             return self._evaluate(cs, pod, info, walk.filters, spent)
         known = self._memo.get(name)
@@ -369,9 +416,22 @@ class Profile:
             infos = [state.nodes[n] for n in names if n in state.nodes]
             want, start = len(infos), 0
         seen = 0
+        # A node a cross-node Filter rejects (one lookup from its PreFilter) is not evaluated
+        # further unless no node is feasible: then the reasons must be the first failing
+        # Filter's in profile order, the node's own Filters first.
+        deferred: list[tuple[NodeInfo, str]] = []
         for i in range(len(infos)):
             info = infos[(start + i) % len(infos)]
             seen += 1
+            crossed = None
+            for f in walk.cross:
+                st = f.filter(cs, pod, info)
+                if not st.ok:
+                    crossed = f"{f.NAME}: {st.reason}"
+                    break
+            if crossed is not None:
+                deferred.append((info, crossed))
+                continue
             reason, scores = self._verdict(cs, pod, info, walk, spent)
             if reason is not None:
                 walk.reasons[info.node.name] = reason
@@ -380,32 +440,45 @@ class Profile:
             walk.raw.append(scores)
             if len(walk.feasible) >= want:
                 break
+        for info, crossed in deferred:
+            if walk.feasible:
+                walk.reasons[info.node.name] = crossed
+            else:
+                reason, _ = self._verdict(cs, pod, info, walk, spent)
+                walk.reasons[info.node.name] = reason or crossed
         if names is None and infos:
             self._next_start = (start + seen) % len(infos)
         self._timed("Filter", "all", t0)
         if self.sampled:
-            for k, (sp, _) in enumerate(self.score):
-                self.observe("Score", sp.NAME, spent[k])
+            for k in self._remembered:  # the cross-node ones are timed where they run
+                self.observe("Score", self.score[k][0].NAME, spent[k])
 
-    def pre_filter_all(self, cs: CycleState, pod: Pod) -> tuple[Status, list[Any]]:
-        """PreFilter: its first failure (reason ``"<plugin>: <why>"``), else OK and the Filter
-        plugins the cycle runs (those whose PreFilter said Skip left out)."""
+    def pre_filter_all(self, cs: CycleState, pod: Pod) -> Status | PreFiltered:
+        """PreFilter: its first failure (reason ``"<plugin>: <why>"``), else what the cycle's
+        Filter runs with (the plugins whose PreFilter said Skip left out, the nodes its
+        PreFilter results allow)."""
         skipped: set[str] = set()
+        allowed: frozenset[str] | None = None
+        narrowed: list[str] = []
         for p in self.pre_filter:
             t0 = time.perf_counter()
             st = p.pre_filter(cs, pod)
             self._timed("PreFilter", p.NAME, t0)
             if not st.ok:
-                return Status(False, f"{p.NAME}: {st.reason}", st.unresolvable), []
+                return Status(False, f"{p.NAME}: {st.reason}", st.unresolvable)
             if st.skip:
                 skipped.add(p.NAME)
-        return OK, ([f for f in self.filter if f.NAME not in skipped] if skipped else self.filter)
+            if st.nodes is not None:
+                allowed = st.nodes if allowed is None else allowed & st.nodes
+                narrowed.append(p.NAME)
+        active = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
+        return PreFiltered(active, allowed, narrowed)
 
     def filtering(self, cs: CycleState, pod: Pod, state: ClusterState) -> Filtering | Status:
         """The pod's Filter chain after its PreFilter (for dry runs: a gang's preemption), or the
         PreFilter failure."""
-        st, filters = self.pre_filter_all(cs, pod)
-        return Filtering(cs, pod, filters, state) if st.ok else st
+        pre = self.pre_filter_all(cs, pod)
+        return pre if isinstance(pre, Status) else Filtering(cs, pod, pre, state)
 
     def find_node(
         self,
@@ -423,25 +496,43 @@ class Profile:
         (:func:`shape`), so a run of same-shaped pods — a Job's or a Deployment's replicas —
         evaluates only the nodes that changed since the last one. The winner is evaluated again
         in this cycle when its verdict was remembered, so plugins that keep per-cycle state
-        (GpuFit's device choice) have it.
+        (GpuFit's device choice) have it. Plugins whose verdict depends on pods of other nodes
+        (:func:`cross_node`) are never remembered: their Filter runs, after the node's own
+        ones, on every node those pass, and their Score on every feasible node, each cycle,
+        from what their PreFilter/PreScore computed once for the cycle. Nothing is remembered
+        for a pod with claims (its verdicts depend on PVs and PVCs, not on its node alone), and
+        a PreFilter's node set narrows the walk to those nodes.
         """
         self._cycles += 1
         self.sampled = (self._cycles - 1) % self.sample_every == 0  # first cycle sampled
-        st, filters = self.pre_filter_all(cs, pod)
-        if not st.ok:
-            return Result(None, {"*": st.reason}, st.unresolvable)
+        pre = self.pre_filter_all(cs, pod)
+        if isinstance(pre, Status):
+            return Result(None, {"*": pre.reason}, pre.unresolvable)
         self._state = state if state.nominated else None
+        allowed, narrowed = pre.allowed, pre.narrowed
+        filters = [f for f in pre.active if f.NAME not in self._cross]
+        cross = [f for f in pre.active if f.NAME in self._cross]
         key = shape(pod)
         if len(self._shapes) > 10_000:  # many distinct shapes: start over rather than grow
             self._shapes.clear()
             self._memo.clear()
-        walk = Walk(filters, self._shapes.setdefault(key, len(self._shapes)))
-        self._walk(cs, pod, state, names, walk)
+        walk = Walk(filters, cross, self._shapes.setdefault(key, len(self._shapes)))
+        walk.volatile = bool(pod.claims)
+        among = names
+        if allowed is not None:
+            among = sorted(allowed if names is None else allowed.intersection(names))
+        self._walk(cs, pod, state, among, walk)
         feasible = walk.feasible
+        if not feasible and allowed is not None:
+            # kube-scheduler's words for the nodes a PreFilter result left out
+            why = f"{narrowed[0]}: node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowed))}]"
+            for n in names if names is not None else state.nodes:
+                if n not in allowed:
+                    walk.reasons.setdefault(n, why)
         if not feasible:
             said = []
             if post_filter:
-                filtering = Filtering(cs, pod, filters, state)
+                filtering = Filtering(cs, pod, pre, state)
                 for pf in self.post_filter:
                     t0 = time.perf_counter()
                     st = pf.post_filter(cs, pod, walk.reasons, filtering)
@@ -451,23 +542,38 @@ class Profile:
             return Result(None, walk.reasons, post_filter=" ".join(said))
         best = feasible[0].node.name
         if len(feasible) > 1 and self.score:
-            raw = walk.raw
-            if self.pre_score:
-                for ps in self.pre_score:
-                    ps.pre_score(cs, pod, feasible)
-                spent = [0.0] * len(self.score)
-                raw = [self._scores(cs, pod, info, spent) for info in feasible]
-            total = dict.fromkeys((i.node.name for i in feasible), 0)
-            for k, (_, weight) in enumerate(self.score):
-                scores = {info.node.name: r[k] for info, r in zip(feasible, raw, strict=True)}
-                normalize = self._normalize[k]
-                norm = normalize(scores) if normalize else scores
-                for n, v in norm.items():
-                    total[n] += weight * v
-            best = max(total.items(), key=lambda kv: (kv[1], kv[0]))[0]
+            best = self._best(cs, pod, walk)
         if best not in walk.fresh:
             self._evaluate(cs, pod, state.nodes[best], filters, [0.0] * len(self.score))
         return Result(best, walk.reasons)
+
+    def _best(self, cs: CycleState, pod: Pod, walk: Walk) -> str:
+        """PreScore, the cross-node Scores, Normalize and the weighted sum over the feasible
+        nodes: the winner (ties: the node name)."""
+        feasible = walk.feasible
+        skipped: set[str] = set()
+        for ps in self.pre_score:
+            t0 = time.perf_counter()
+            if ps.pre_score(cs, pod, feasible).skip:
+                skipped.add(ps.NAME)
+            self._timed("PreScore", ps.NAME, t0)
+        position = {k: i for i, k in enumerate(self._remembered)}
+        total = dict.fromkeys((i.node.name for i in feasible), 0)
+        for k, (sp, weight) in enumerate(self.score):
+            if sp.NAME in skipped:
+                continue
+            if k in position:
+                i = position[k]
+                scores = {info.node.name: r[i] for info, r in zip(feasible, walk.raw, strict=True)}
+            else:
+                t0 = time.perf_counter()
+                scores = {info.node.name: sp.score(cs, pod, info) for info in feasible}
+                self._timed("Score", sp.NAME, t0)
+            normalize = self._normalize[k]
+            norm = normalize(scores) if normalize else scores
+            for n, v in norm.items():
+                total[n] += weight * v
+        return max(total.items(), key=lambda kv: (kv[1], kv[0]))[0]
 
     def reserve_all(self, cs: CycleState, pod: Pod, node: str) -> Status:
         done: list[ReservePlugin] = []
@@ -492,13 +598,21 @@ class Profile:
         return OK
 
     async def bind_all(self, cs: CycleState, pod: Pod, node: str, binder: Binder) -> Status:
-        steps: list[Callable[[], Awaitable[Status]]] = []
-        for pb in self.pre_bind:
-            steps.append(lambda pb=pb: pb.pre_bind(cs, pod, node, binder))  # type: ignore[misc]
-        for b in self.bind[:1]:
-            steps.append(lambda b=b: b.bind(cs, pod, node, binder))  # type: ignore[misc]
-        for step in steps:
-            st = await step()
+        """PreBind then Bind; the first failure (a refusing Status, or the apiserver's error a
+        plugin raised) as kube-scheduler words it: ``running Bind plugin "DefaultBinder": ...``."""
+        steps: list[tuple[str, str, Callable[..., Awaitable[Status]]]] = [
+            *(("PreBind", p.NAME, p.pre_bind) for p in self.pre_bind),
+            *(("Bind", p.NAME, p.bind) for p in self.bind[:1]),
+        ]
+        for point, name, step in steps:
+            try:
+                st = await step(cs, pod, node, binder)
+            except SchedulerError as e:
+                st = fail(str(e))
+            except Exception as e:
+                # a plugin's bug: told on the pod and logged, never left to end the bind task
+                log.exception("plugin_failed", extension_point=point, plugin=name, pod=pod.key)
+                st = fail(f"unexpected error, see the scheduler's log: {e!r}"[:500])
             if not st.ok:
-                return st
+                return fail(f'running {point} plugin "{name}": {st.reason}', st.unresolvable)
         return OK

@@ -32,6 +32,17 @@ PATHS = {
     "nodedevices": "/apis/lj-runtimekit.aliyun.com/v1/nodedevices",
     "resourceslices": "/apis/resource.k8s.io/v1/resourceslices",
     "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
+    "namespaces": "/api/v1/namespaces",
+    "services": "/api/v1/services",
+    "replicationcontrollers": "/api/v1/replicationcontrollers",
+    "replicasets": "/apis/apps/v1/replicasets",
+    "statefulsets": "/apis/apps/v1/statefulsets",
+    "persistentvolumeclaims": "/api/v1/persistentvolumeclaims",
+    "persistentvolumes": "/api/v1/persistentvolumes",
+    "storageclasses": "/apis/storage.k8s.io/v1/storageclasses",
+    "csinodes": "/apis/storage.k8s.io/v1/csinodes",
+    "csidrivers": "/apis/storage.k8s.io/v1/csidrivers",
+    "csistoragecapacities": "/apis/storage.k8s.io/v1/csistoragecapacities",
     "poddisruptionbudgets": "/apis/policy/v1/poddisruptionbudgets",
 }
 _CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
@@ -58,8 +69,21 @@ def _micro_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _refusal(body: bytes) -> str:
+    """What the apiserver says: its Status's reason and message (what ``kubectl`` prints, and
+    what a refused Binding's FailedScheduling Event should show), else the body's start."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(message := doc.get("message"), str) and message:
+        reason = doc.get("reason")
+        return f"{reason}: {message[:500]}" if isinstance(reason, str) and reason else message[:500]
+    return body[:300].decode(errors="replace")
+
+
 def _error(status: int, body: bytes, what: str) -> Exception:
-    text = body[:300].decode(errors="replace")
+    text = _refusal(body)
     if status in (409, 422, 400, 403, 404):
         return PermanentError(f"{what}: apiserver answered {status}: {text}")
     return TemporaryError(f"{what}: apiserver answered {status}: {text}")
@@ -255,6 +279,20 @@ class Kube:
             await self._call("DELETE", path, f"delete ResourceClaim {namespace}/{name}")
         except (PermanentError, TemporaryError) as e:
             log.warning("claim_delete_failed", claim=f"{namespace}/{name}", error=str(e)[:300])
+
+    # -- a pod's volumes (plugins/volume_binding.py): PUT, so a PV or claim changed since the
+    # cache saw it is refused (409) rather than overwritten, as kube-scheduler's binder does
+    async def update_volume(self, raw: Json) -> Json:
+        name = raw["metadata"]["name"]
+        path = f"/api/v1/persistentvolumes/{name}"
+        return await self._call("PUT", path, f"bind PersistentVolume {name} to its claim", raw)
+
+    async def update_claim(self, raw: Json) -> Json:
+        meta = raw["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}"
+        what = f"select the node of PersistentVolumeClaim {ns}/{name}"
+        return await self._call("PUT", path, what, raw)
 
     async def event(self, pod: Pod, kind: str, reason: str, message: str, count: int = 1) -> str:
         """Create an ``events.k8s.io/v1`` Event about ``pod``; returns its name."""

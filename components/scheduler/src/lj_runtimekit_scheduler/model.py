@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from .terms import NO_AFFINITY, ControllerRef, PodAffinity, SpreadConstraint
+
 CORE_PER_GPU = 100
 ASSIGNMENT_ANNOTATION = "lj-runtimekit-scheduler/gpu-assignment"
 ALLOCATED_ANNOTATION = "lj-runtimekit-device-plugin/allocated"
@@ -122,6 +124,31 @@ class DeviceRequest:
 
 
 @dataclass(frozen=True)
+class Disk:
+    """An in-tree disk a pod mounts, as VolumeRestrictions tells two apart: a GCE PD by name, an
+    EBS volume by id, an iSCSI target by IQN, an RBD image by pool and image on a shared
+    monitor."""
+
+    kind: str
+    """gce-pd, aws-ebs, iscsi or rbd."""
+    id: str
+    read_only: bool = False
+    monitors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PodVolume:
+    """One ``spec.volumes[]`` entry as the volume plugins see it."""
+
+    name: str
+    claim: str = ""
+    """The PersistentVolumeClaim it uses: ``persistentVolumeClaim.claimName``, or for an ephemeral
+    volume the claim ``<pod>-<volume>`` the ephemeral-volume controller makes (empty: none)."""
+    ephemeral: bool = False
+    disk: Disk | None = None
+
+
+@dataclass(frozen=True)
 class Pod:
     uid: str
     namespace: str
@@ -142,6 +169,8 @@ class Pod:
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     scheduling_gates: tuple[str, ...] = ()
+    volumes: tuple[PodVolume, ...] = ()
+    """Its volumes that use a claim or an in-tree disk (others matter to no plugin)."""
     unsupported: tuple[str, ...] = ()
     """Features of the spec this scheduler does not honour (named in FailedScheduling)."""
     created: str = ""
@@ -155,6 +184,16 @@ class Pod:
     one priority, the one started earlier is more important (kube-scheduler's order)."""
     preempted: bool = False
     """Its ``DisruptionTarget`` condition says a scheduler preempts it (PreemptionByScheduler)."""
+    affinity: PodAffinity = NO_AFFINITY
+    """Inter-pod affinity and anti-affinity (plugins/inter_pod_affinity.py)."""
+    spread: tuple[SpreadConstraint, ...] = ()
+    """topologySpreadConstraints (plugins/pod_topology_spread.py)."""
+    controller: ControllerRef | None = None
+    """Its controller, for the default spread constraints (workloads.py)."""
+    annotation_writers: tuple[tuple[str, str], ...] = ()
+    """(annotation, field manager) for each of the suite's annotations (``lj-runtimekit-*``)
+    that ``metadata.managedFields`` says a client set. The Binding subresource writes the pod
+    without a field manager, so the scheduler's decision has no writer unless someone edited it."""
 
     @property
     def key(self) -> str:
@@ -171,8 +210,21 @@ class Pod:
     def label(self, k: str) -> str | None:
         return self._labels.get(k)
 
+    def label_map(self) -> Mapping[str, str]:
+        """The labels as a mapping, built once per pod object."""
+        return self._labels
+
     def annotation(self, k: str) -> str | None:
         return self._annotations.get(k)
+
+    def writers(self, k: str) -> frozenset[str]:
+        """The field managers that set annotation ``k`` (see :attr:`annotation_writers`)."""
+        return frozenset(m for key, m in self.annotation_writers if key == k)
+
+    @property
+    def claims(self) -> tuple[PodVolume, ...]:
+        """Its volumes backed by a PersistentVolumeClaim (persistentVolumeClaim or ephemeral)."""
+        return tuple(v for v in self.volumes if v.claim)
 
     @property
     def wants_devices(self) -> bool:

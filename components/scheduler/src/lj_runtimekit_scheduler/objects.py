@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from . import quantity
+from . import quantity, terms, volumes
 from .model import (
     DEFAULT_NAMES,
     RESOURCE_KINDS,
@@ -41,23 +41,36 @@ def _add(into: Resources, r: Resources) -> None:
         into[k] = into.get(k, 0) + v
 
 
+POD_LEVEL = ("cpu", "memory")
+"""Resources pod-level ``spec.resources`` may set (and ``hugepages-*``)."""
+
+
 def effective_requests(spec: Json) -> Resources:
-    """As kube-scheduler: max(sum of app containers (+ restartable init), each init) + overhead."""
+    """As kube-scheduler: max(sum of app containers and sidecars, each regular init container
+    with the sidecars started before it); pod-level ``spec.resources`` requests replace that
+    for cpu, memory and hugepages; then ``spec.overhead``."""
     total: Resources = {}
     for c in spec.get("containers") or ():
         _add(total, resources((c.get("resources") or {}).get("requests")))
     sidecars: Resources = {}
+    init_peak: Resources = {}
     for c in spec.get("initContainers") or ():
         req = resources((c.get("resources") or {}).get("requests"))
         if c.get("restartPolicy") == "Always":
             _add(total, req)
             _add(sidecars, req)
             continue
-        # a regular init container runs next to the sidecars started before it
-        peak = dict(req)
-        _add(peak, sidecars)
-        for k, v in peak.items():
-            total[k] = max(total.get(k, 0), v)
+        # a regular init container runs next to the sidecars started before it, not beside
+        # the later ones: compared with the total only once every sidecar is in it
+        _add(req, sidecars)
+        for k, v in req.items():
+            init_peak[k] = max(init_peak.get(k, 0), v)
+    for k, v in init_peak.items():
+        total[k] = max(total.get(k, 0), v)
+    pod_level = resources((spec.get("resources") or {}).get("requests"))
+    for k, v in pod_level.items():
+        if k in POD_LEVEL or k.startswith("hugepages-"):
+            total[k] = v
     _add(total, resources(spec.get("overhead")))
     total["pods"] = 1
     return total
@@ -79,23 +92,12 @@ def _term(raw: Json) -> Term:
 
 def _unsupported(spec: Json) -> tuple[str, ...]:
     found = []
-    aff = spec.get("affinity") or {}
-    if aff.get("podAffinity"):
-        found.append("inter-pod affinity (spec.affinity.podAffinity)")
-    if aff.get("podAntiAffinity"):
-        found.append("inter-pod anti-affinity (spec.affinity.podAntiAffinity)")
-    if spec.get("topologySpreadConstraints"):
-        found.append("topology spread constraints (spec.topologySpreadConstraints)")
     if spec.get("resourceClaims"):
         found.append("dynamic resource allocation (spec.resourceClaims)")
     if spec.get("schedulingGroup"):
         # A PodGroup of the upstream Workload API: placing its pods one by one would break its
         # all-or-nothing promise. Our own gangs are the pod-group annotation or a JobSet.
         found.append("a Workload API PodGroup (spec.schedulingGroup)")
-    for v in spec.get("volumes") or ():
-        if v.get("persistentVolumeClaim") or v.get("ephemeral"):
-            found.append("volume binding (persistentVolumeClaim/ephemeral volumes)")
-            break
     return tuple(found)
 
 
@@ -113,15 +115,44 @@ def _devices(spec: Json, names: ResourceNames) -> tuple[DeviceRequest, ...]:
     return tuple(out)
 
 
+OUR_ANNOTATIONS = "lj-runtimekit-"
+"""The prefix of the suite's annotation keys, whose writers :func:`annotation_writers` reads."""
+
+
+def annotation_writers(meta: Json) -> tuple[tuple[str, str], ...]:
+    """(annotation, manager) of every ``managedFields`` entry that owns one of the suite's
+    annotations. An entry recorded for the ``binding`` subresource is the Binding's, not an edit
+    (today's apiservers record none: the Binding writes the pod without a field manager).
+    Entries of another shape are passed over (the apiserver checks managedFields)."""
+    out: set[tuple[str, str]] = set()
+    for entry in meta.get("managedFields") or ():
+        if not isinstance(entry, dict) or entry.get("subresource") == "binding":
+            continue
+        fields = entry.get("fieldsV1")
+        annotations = (fields.get("f:metadata") or {}) if isinstance(fields, dict) else {}
+        annotations = annotations.get("f:annotations") if isinstance(annotations, dict) else None
+        if not isinstance(annotations, dict):
+            continue
+        manager = str(entry.get("manager") or "")
+        out.update(
+            (k[2:], manager)
+            for k in annotations
+            if isinstance(k, str) and k.startswith("f:" + OUR_ANNOTATIONS)
+        )
+    return tuple(sorted(out))
+
+
 def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
     """The pod as the scheduler sees it, our device resources read under ``names``; raises
     ValueError/KeyError on a malformed object."""
     meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
     requests = effective_requests(spec)
     devices = _devices(spec, names)
+    # a sidecar (restartable init container) holds its ports for the pod's whole life
+    sidecars = [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
     ports = tuple(
         HostPort(p.get("protocol", "TCP"), p.get("hostIP", "0.0.0.0"), int(p["hostPort"]))
-        for c in spec.get("containers") or ()
+        for c in (*sidecars, *(spec.get("containers") or ()))
         for p in c.get("ports") or ()
         if p.get("hostPort")
     )
@@ -138,6 +169,7 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
         )
         for t in spec.get("tolerations") or ()
     )
+    pod_labels = meta.get("labels") or {}
     return Pod(
         uid=meta["uid"],
         namespace=meta.get("namespace", "default"),
@@ -153,9 +185,10 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
         preferred_terms=preferred,
         tolerations=tolerations,
         devices=devices,
-        labels=tuple(sorted((meta.get("labels") or {}).items())),
+        labels=tuple(sorted(pod_labels.items())),
         annotations=tuple(sorted((meta.get("annotations") or {}).items())),
         scheduling_gates=tuple(g["name"] for g in spec.get("schedulingGates") or ()),
+        volumes=volumes.pod_volumes(meta["name"], spec),
         unsupported=_unsupported(spec),
         created=meta.get("creationTimestamp", ""),
         deleting=bool(meta.get("deletionTimestamp")),
@@ -169,6 +202,10 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
             and c.get("reason") == PREEMPTED_REASON
             for c in status.get("conditions") or ()
         ),
+        affinity=terms.pod_affinity(spec.get("affinity"), meta.get("namespace", "default")),
+        spread=terms.spread(spec.get("topologySpreadConstraints"), pod_labels),
+        controller=terms.controller(meta),
+        annotation_writers=annotation_writers(meta),
     )
 
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 from .errors import ConfigError
 from .framework import Profile
 from .metrics import Metrics
-from .plugins import allocate_handshake, gpu_fit, node_resources_fit
+from .plugins import (
+    allocate_handshake,
+    gpu_fit,
+    node_resources_fit,
+    pod_topology_spread,
+    volume_binding,
+)
 from .plugins.registry import REGISTRY, PluginArgs
 from .settings import PluginConfig, Settings
 from .state import ClusterState
@@ -19,6 +25,10 @@ def plugin_args(settings: Settings) -> PluginArgs:
         gpu_fit=gpu_fit.Args(settings.gpu_strategy, settings.feature_label),
         node_resources_fit=node_resources_fit.Args(settings.gpu_strategy == "binpack"),
         allocate_handshake=allocate_handshake.Args(settings.resources),
+        pod_topology_spread=pod_topology_spread.Args(
+            settings.spread_defaulting, settings.spread_default_constraints
+        ),
+        volume_binding=volume_binding.Args(settings.volume_bind_timeout),
     )
 
 

@@ -43,6 +43,8 @@ class SchedulingQueue:
         without walking every pending pod."""
         self._next = float("inf")
         """No waiting pod becomes ready before this (keeps pop O(log n))."""
+        self._want_pods: set[str] = set()
+        """Parked pods with required pod affinity: a pod placed anywhere may let them fit."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -60,6 +62,7 @@ class SchedulingQueue:
     def _push(self, uid: str, now: float) -> None:
         e = self._entries[uid]
         e.parked_at = None
+        self._want_pods.discard(uid)
         if uid not in self._in_heap and uid not in self.in_flight:
             heapq.heappush(self._heap, (-e.pod.priority, now, next(self._seq), uid))
             self._in_heap.add(uid)
@@ -90,6 +93,7 @@ class SchedulingQueue:
             self._leave(e.pod)
         self._in_heap.discard(uid)
         self.in_flight.discard(uid)
+        self._want_pods.discard(uid)
 
     def _join(self, pod: Pod) -> None:
         if (gid := gang_of(pod)) is not None:
@@ -140,8 +144,24 @@ class SchedulingQueue:
         e.attempts += 1
         e.ready_at = now + min(self.max, self.initial * 2 ** (e.attempts - 1))
         e.parked_at = now if unschedulable else None
+        if unschedulable and e.pod.affinity.required:
+            self._want_pods.add(uid)
         self._next = min(self._next, now + self.retry if unschedulable else e.ready_at)
         return e.ready_at
+
+    def pod_placed(self, now: float) -> int:
+        """A pod started holding a node: unpark the pods whose required pod affinity may be
+        met by it (the rest stay parked); returns how many moved."""
+        moved = 0
+        for uid in self._want_pods:
+            e = self._entries.get(uid)
+            if e is not None and e.parked_at is not None:
+                e.parked_at = None
+                moved += 1
+        self._want_pods.clear()
+        if moved:
+            self._next = now
+        return moved
 
     def cluster_changed(self, now: float) -> int:
         """Something that may help (a node added or changed, a pod gone): unpark all."""
@@ -150,6 +170,7 @@ class SchedulingQueue:
             if e.parked_at is not None:
                 e.parked_at = None
                 moved += 1
+        self._want_pods.clear()
         self._next = now
         return moved
 

@@ -30,6 +30,7 @@ class TokenBucket:
         self.tokens = float(self.burst)
         self.at = clock()
         self._last_due = -math.inf  # the event loop time the latest waiter wakes at
+        self._waiting = 0  # waiters whose wake-up has not run yet
 
     def reserve(self) -> float:
         """Take the next token; seconds until it is due (0: now). The caller must wait that
@@ -47,22 +48,27 @@ class TokenBucket:
     async def wait(self) -> None:
         """Wait for the next token (cancellation hands it back)."""
         delay = self.reserve()
-        if delay <= 0:
+        if delay <= 0 and not self._waiting:
             return
         # Each waiter wakes strictly after the one that reserved before it, at a time fixed now:
         # `asyncio.sleep(delay)` reads the clock again later, and a waiter preempted in between
-        # (a busy machine) would wake after the next one.
+        # (a busy machine) would wake after the next one. A token due at once still queues
+        # behind earlier waiters whose wake-up has not run yet (their due time may have passed
+        # while the loop was busy), or it would go out before them.
         loop = asyncio.get_running_loop()
-        due = max(loop.time() + delay, math.nextafter(self._last_due, math.inf))
+        due = max(loop.time() + max(delay, 0.0), math.nextafter(self._last_due, math.inf))
         self._last_due = due
         woken = loop.create_future()
         timer = loop.call_at(due, _wake, woken)
+        self._waiting += 1
         try:
             await woken
         except asyncio.CancelledError:
             timer.cancel()
             self.cancel()
             raise
+        finally:
+            self._waiting -= 1
 
 
 def _wake(woken: asyncio.Future[None]) -> None:

@@ -14,8 +14,7 @@ from typing import Any, Protocol
 import structlog
 
 from . import gang, preemption
-from .errors import SchedulerError
-from .framework import Binder, CycleState, Profile, Result
+from .framework import Binder, CycleState, Profile, Result, fail
 from .gpu import Choice
 from .metrics import Metrics
 from .model import POD_GROUP_SIZE_ANNOTATION, Pod
@@ -119,6 +118,7 @@ class Scheduler:
                 next_depth = now + 0.25
             await asyncio.sleep(0)  # let watches and bindings progress
         self.stopping = True
+        self.state.storage.stop()  # a pod waiting for its volumes at PreBind gives up
         self.poke()
         await self.drain()
 
@@ -358,14 +358,20 @@ class Scheduler:
             return
         try:
             st = await self.profile.bind_all(cs, pod, node, self.binder)
-            if not st.ok:
-                raise SchedulerError(st.reason)
-        except SchedulerError as e:
+        except Exception as e:
+            # the framework's own bug (bind_all turns a plugin's into a Status): the pod must not
+            # stay assumed (its deadline is not set yet), unseen
+            log.exception("pod_bind_crashed", pod=pod.key, node=node)
+            st = fail(f"unexpected error, see the scheduler's log: {e!r}"[:500])
+        if not st.ok:
+            # kube-scheduler's Event for a failed binding cycle: FailedScheduling with the
+            # plugin's error; the recorder counts a retried bind's repeats in one Event
             self._undo(cs, pod, node)
             self.metrics.attempt("error")
             self.queue.failed(pod.uid, self.clock(), unschedulable=False)
-            self.recorder.event(pod, "Warning", "FailedScheduling", f"binding to {node}: {e}")
-            log.warning("pod_bind_failed", pod=pod.key, node=node, error=str(e))
+            msg = f"binding to {node}: {st.reason}"
+            self.recorder.event(pod, "Warning", "FailedScheduling", msg)
+            log.warning("pod_bind_failed", pod=pod.key, node=node, error=st.reason)
             self.poke()
             return
         if pod.uid in self.state.assumed:  # the watch may have confirmed it already

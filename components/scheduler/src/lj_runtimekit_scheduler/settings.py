@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import __version__, cli, config, k8s_names
+from . import __version__, cli, config, k8s_names, terms
 from .errors import ConfigError
 from .model import RESOURCE_KINDS, ResourceNames
 
@@ -69,19 +69,27 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("UnsupportedFeatures", 0),
     ("NodeName", 0),
     ("NodeUnschedulable", 0),
+    ("TaintToleration", 1),
     ("NodeReady", 0),
     ("NodeAffinity", 1),
-    ("TaintToleration", 1),
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
+    ("VolumeRestrictions", 0),
+    ("NodeVolumeLimits", 0),
+    ("VolumeBinding", 0),
     ("GpuFit", 2),
     ("DraClaims", 0),
     ("AllocateHandshake", 0),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
     ("DefaultPreemption", 0),
     ("GpuTopology", 1),
     ("DefaultBinder", 0),
 )
-"""Plugins enabled by default and their score weights (0: the plugin does not score)."""
+"""Plugins enabled by default and their score weights (0: the plugin does not score). The
+order is the Filter order, kube-scheduler's (NodeName, NodeUnschedulable, TaintToleration,
+NodeAffinity, NodePorts, NodeResourcesFit, ...): a node failing two filters is counted under the
+first in FailedScheduling, so the counts per reason are kube-scheduler's."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,21 @@ class Settings:
         ("network.topology/block", "network.topology/rack"),
         kind="yaml",
     )
+    spread_defaulting: str = _doc(
+        "Default topology spread constraints of a pod without its own that a Service, "
+        "ReplicaSet, StatefulSet or ReplicationController selects (kube-scheduler's "
+        "PodTopologySpread defaultingType): System is kube-scheduler's (hostname maxSkew 3, "
+        "zone maxSkew 5, ScheduleAnyway); List is spread_default_constraints.",
+        "System",
+        choices=("System", "List"),
+    )
+    spread_default_constraints: tuple[terms.SpreadConstraint, ...] = _doc(
+        "With spread_defaulting List: the default constraints, as a YAML list of "
+        "topologySpreadConstraints entries without labelSelector (each pod's selector comes "
+        "from the Services and controller that select it); [] gives no defaults.",
+        (),
+        kind="yaml",
+    )
     gang_timeout: float = _doc(
         "Seconds after which an incomplete gang gets one GangIncomplete warning (it holds "
         "nothing while it waits, so there is nothing to give back).",
@@ -147,6 +170,11 @@ class Settings:
         "Seconds a gang member bound after a same-shaped member on one node waits for the "
         "device plugin to confirm that one's devices before it goes back to the queue.",
         300.0,
+    )
+    volume_bind_timeout: float = _doc(
+        "Seconds VolumeBinding waits at PreBind for the PV controller to bind a pod's claims "
+        "before the pod goes back to the queue (kube-scheduler's bindTimeoutSeconds).",
+        600.0,
     )
     pod_initial_backoff: float = _doc(
         "Seconds of the first retry delay of an unschedulable pod; doubles per attempt "
@@ -234,6 +262,7 @@ class Settings:
             "assume_ttl",
             "gang_timeout",
             "confirm_timeout",
+            "volume_bind_timeout",
             "event_series_interval",
         ):
             if not getattr(self, name) > 0:
@@ -254,6 +283,11 @@ class Settings:
             raise ConfigError("scheduler_name: expected a non-empty name")
         if not self.feature_label:
             raise ConfigError("feature_label: must be a non-empty string")
+        if self.spread_defaulting == "System" and self.spread_default_constraints:
+            raise ConfigError(
+                "spread_default_constraints: only with spread_defaulting List (System is "
+                "kube-scheduler's own defaults)"
+            )
         if not k8s_names.is_dns_subdomain(self.dra_driver_name) or len(self.dra_driver_name) > 63:
             raise ConfigError(
                 f"dra_driver_name {self.dra_driver_name!r}: expected a DNS subdomain of at most "
@@ -302,6 +336,27 @@ def topology_labels(labels: Any, source: str = "topology_labels") -> tuple[str, 
     return tuple(labels)
 
 
+def spread_defaults(
+    entries: Any, source: str = "spread_default_constraints"
+) -> tuple[terms.SpreadConstraint, ...]:
+    """The List defaults: topologySpreadConstraints entries, none with a labelSelector."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{source}: expected a list of topologySpreadConstraints entries")
+    out = []
+    for i, e in enumerate(entries):
+        where = f"{source}[{i}]"
+        if isinstance(e, Mapping) and e.get("labelSelector") is not None:
+            raise ConfigError(
+                f"{where}: a default constraint has no labelSelector (each pod's is deduced "
+                "from the Services and controller that select it)"
+            )
+        try:
+            out.append(terms.constraint(dict(e) if isinstance(e, Mapping) else e, {}, where))
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+    return tuple(out)
+
+
 def parser() -> argparse.ArgumentParser:
     return cli.parser(
         PROG,
@@ -344,6 +399,8 @@ def load_noting(
         values["plugins"] = plugins(values["plugins"])
     if "topology_labels" in values:
         values["topology_labels"] = topology_labels(values["topology_labels"])
+    if "spread_default_constraints" in values:
+        values["spread_default_constraints"] = spread_defaults(values["spread_default_constraints"])
     try:
         return Settings(**values), old_notes + notes
     except ConfigError as e:

@@ -7,6 +7,7 @@ before the binding comes back through the watch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import assignment, dra
@@ -24,6 +25,9 @@ from .model import (
     ResourceNames,
     Resources,
 )
+from .placed import PlacedPods
+from .storage import Storage
+from .workloads import Workloads
 
 
 @dataclass(frozen=True)
@@ -42,17 +46,23 @@ class Pending:
 class Edited:
     """A bound pod whose ``gpu-assignment`` no longer says what the scheduler decided."""
 
-    kept: Choice
-    """What the scheduler wrote, and goes on counting."""
+    kept: Choice | None
+    """What the scheduler goes on counting."""
     annotated: Choice | None
     """What the annotation says now (None: removed, or nothing the scheduler would write)."""
+    source: str = "what it decided"
+    """Where :attr:`kept` comes from."""
+    by: frozenset[str] = frozenset()
+    """The field managers that set the annotation (``metadata.managedFields``)."""
 
     def message(self) -> str:
         now = assignment.describe(self.annotated) if self.annotated else "no usable decision"
+        who = f" by {', '.join(sorted(self.by))}" if self.by else ""
+        kept = assignment.describe(self.kept) if self.kept else "no devices"
         return (
-            f"{ASSIGNMENT_ANNOTATION} was changed after the pod was bound (now: {now}); the "
-            f"scheduler keeps counting what it decided ({assignment.describe(self.kept)}) and "
-            "gives none of it to other pods. The annotation is the scheduler's, not to be edited"
+            f"{ASSIGNMENT_ANNOTATION} was changed{who} after the pod was bound (now: {now}); "
+            f"the scheduler keeps counting {self.source} ({kept}) and gives none of it to "
+            "other pods. The annotation is the scheduler's, not to be edited"
         )
 
 
@@ -66,6 +76,14 @@ class Nomination:
     choice: Choice | None
     """The devices it gets there once its victims are gone (None: not known, e.g. read back
     from the pod's status after a restart; its requests are still held)."""
+
+
+REBUILT = "the sizes the pod requests, on the devices the device plugin reports it allocated"
+"""Where a pod's devices come from when its decision is not believed at first sight."""
+REBUILT_UNREPORTED = (
+    "the sizes the pod requests, on the devices the annotation names (what the device plugin "
+    "allocates at admission; it reports no allocation for this pod)"
+)
 
 
 def pending(pod: Pod, choice: Choice | None) -> Pending | None:
@@ -134,18 +152,34 @@ class ClusterState:
         """Victims whose preemption this scheduler asked for, until they leave the state."""
         self.budgets: dict[str, Budget] = {}
         """PodDisruptionBudgets by uid."""
+        self.placed = PlacedPods()
+        """The pods of :attr:`pods` indexed for the cross-node plugins (InterPodAffinity,
+        PodTopologySpread)."""
+        self.node_epoch = 0
+        """Bumped when a node comes, goes, or changes its labels or taints (what decides which
+        topology domains a pod may spread over), not on a status update."""
+        self.namespace_labels: dict[str, Mapping[str, str]] = {}
+        """namespace → its labels (inter-pod terms' namespaceSelector)."""
+        self.workloads = Workloads()
+        """Selectors of Services and pod controllers (default spread constraints)."""
+        self.storage = Storage()
+        """Claims, PVs and the storage objects the volume plugins read (``storage.py``)."""
 
     # -- nodes and devices
     def set_node(self, node: Node) -> None:
         info = self.nodes.get(node.name)
         if info is None:
             info = self.nodes[node.name] = self._new_info(node)
+            self.node_epoch += 1
+        elif info.node.labels != node.labels or info.node.taints != node.taints:
+            self.node_epoch += 1
         info.node = node
         info.version += 1
         self.generation += 1
 
     def remove_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self.node_epoch += 1
         self.generation += 1
 
     def _new_info(self, node: Node) -> NodeInfo:
@@ -263,12 +297,14 @@ class ClusterState:
             info = self.nodes[node] = self._new_info(Node(node, ready=False))
         self._hold(info, pod, choice, +1)
         self.pods[pod.uid] = (pod, node, choice)
+        self.placed.add(pod, node)
         if (gid := gang_of(pod)) is not None:
             self.gangs.setdefault(gid, {})[pod.uid] = node
         self.generation += 1
 
     def remove_pod(self, uid: str, keep_assumed: bool = False) -> None:
         held = self.pods.pop(uid, None)
+        self.placed.remove(uid)
         if not keep_assumed:
             self.assumed.pop(uid, None)
             self.written.pop(uid, None)
@@ -301,9 +337,8 @@ class ClusterState:
         annotated = assignment.decision(pod) if pod.devices else None
         choice = self.written.get(pod.uid) if pod.devices else None
         if choice is None:
-            choice = annotated
-            if choice is not None:
-                self.written[pod.uid] = choice
+            if pod.devices:
+                choice, edited = self._first_sight(pod, annotated)
         elif assignment.same(annotated, choice):
             self.edit_seen.pop(pod.uid, None)
         else:
@@ -316,6 +351,26 @@ class ClusterState:
         self.assumed.pop(pod.uid, None)
         self.add_pod(pod, pod.node_name, choice)
         return edited
+
+    def _first_sight(
+        self, pod: Pod, annotated: Choice | None
+    ) -> tuple[Choice | None, Edited | None]:
+        """A bound pod this scheduler did not bind (it restarted, it was just elected, another
+        scheduler bound it): its decision is believed only as the Binding left it
+        (:func:`assignment.believed`); else it holds what :func:`assignment.rebuilt` says, and an
+        annotation someone set is reported once per value. Only a believed decision becomes
+        :attr:`written`; the rest is worked out again at every sight, so a report of the device
+        plugin that comes later is followed."""
+        if annotated is not None and assignment.believed(pod, annotated):
+            self.written[pod.uid] = annotated
+            return annotated, None
+        choice = assignment.rebuilt(pod, annotated, self.names)
+        raw = pod.annotation(ASSIGNMENT_ANNOTATION)
+        if raw is None or self.edit_seen.get(pod.uid) == raw:
+            return choice, None  # none to report (a pod bound some other way), or reported
+        self.edit_seen[pod.uid] = raw
+        source = REBUILT if assignment.reported(pod, self.names) else REBUILT_UNREPORTED
+        return choice, Edited(choice, annotated, source, pod.writers(ASSIGNMENT_ANNOTATION))
 
     def assume(self, pod: Pod, node: str, choice: Choice | None, deadline: float) -> None:
         self.add_pod(pod, node, choice)

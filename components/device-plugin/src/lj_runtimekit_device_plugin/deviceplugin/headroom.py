@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..domains import allocation_error
 from ..model import Allocation, Device
 from ..resources import CORE_UNITS_PER_GPU
 from .assignment import Share
@@ -24,8 +25,9 @@ def share_error(
 ) -> str | None:
     """Why ``share`` cannot be given now, or None when it fits.
 
-    Guarantees: with None, the cores (<= 100) and the memory (<= the device's) that live
-    allocations hold on the device, plus ``also`` (shares of the same request given just
+    Guarantees: with None, every live allocation on the device is one that can be true
+    (:func:`..domains.allocation_error`), and the cores (<= 100) and the memory (<= the
+    device's) that they hold on the device, plus ``also`` (shares of the same request given just
     before), plus this share, stay within the device; the device is on this node, a GPU, not
     partitioned, healthy, and held by no whole-device allocation.
     """
@@ -45,6 +47,13 @@ def share_error(
     for a in live:
         if share.id not in a.device_ids:
             continue
+        impossible = allocation_error(a, d)
+        if impossible:
+            # what the Runtime holds on the device cannot be known: no room can be counted
+            return (
+                f"device {share.id}: the Runtime reports that {impossible}, which cannot be "
+                "true: no share is given on it until the Runtime reports its allocations sanely"
+            )
         if not a.shared:
             return f"device {share.id} is held whole by allocation {a.id}"
         core += a.core_percent

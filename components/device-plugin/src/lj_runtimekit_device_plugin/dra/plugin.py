@@ -84,7 +84,7 @@ class DRAPlugin(dra_grpc.DRAPluginServicer):
             return await self.preparer.prepare(refs)
         known = self.preparer.checkpoint.claims
         out = {
-            r.uid: Outcome(error=refusal(r, self.preparer.driver))
+            r.uid: await self.preparer.refuse(r, refusal(r, self.preparer.driver))
             for r in refs
             if r.uid not in known
         }

@@ -20,6 +20,8 @@ claim in the checkpoint allocates nothing: it answers the same CDI ids (which ar
 claim uid, request, device and share id, see :func:`.plan.cdi_key`). An unprepare of a claim the
 checkpoint does not know succeeds (it was never prepared here, or already unprepared).
 
+Every prepare refused or failed shows on the pods the claim is reserved for (:mod:`.refusals`).
+
 All prepares and unprepares of the node run one at a time, under the lock of
 :class:`.plugin.DRAPlugin` (the only caller): the checkpoint is one file, and the kubelet calls
 for a pod's claims together.
@@ -38,6 +40,7 @@ import structlog
 from ..errors import DevicePluginError, PermanentError, TemporaryError
 from ..files import write_atomic
 from ..model import Allocation, Device, Injection
+from ..pod_events import PodEvents
 from ..resources import ResourceNames
 from ..runtime import RuntimeClient, allocations, release
 from .cdi import PreparedDevice, cdi_device_id, claim_spec, device_name, spec_file_name
@@ -59,6 +62,7 @@ from .plan import (
     allocation_plan,
     cdi_key,
 )
+from .refusals import tell
 from .runtime_partitions import PartitionClient, PartitionRefused
 
 log = structlog.get_logger(__name__)
@@ -90,7 +94,10 @@ class Preparer:
         cdi_kind: str,
         partitions: PartitionClient | None = None,
         policy: str = STATIC,
+        events: PodEvents | None = None,
     ) -> None:
+        self.events = events or PodEvents(None)
+        """Warning Events on the pods of a claim whose prepare is refused or fails."""
         self.runtime = runtime
         self.partitions = partitions
         """Makes and removes partitions on demand (policy dynamic)."""
@@ -134,18 +141,27 @@ class Preparer:
         """One outcome per claim uid; a failure of one claim is that claim's ``error``."""
         out = {}
         for ref in refs:
+            read: list[ClaimAllocation] = []
             try:
-                out[ref.uid] = Outcome(await self._prepare(ref))
+                out[ref.uid] = Outcome(await self._prepare(ref, read))
             except DevicePluginError as e:
-                log.warning(
-                    "dra_prepare_failed",
-                    claim=f"{ref.namespace}/{ref.name}",
-                    uid=ref.uid,
-                    error=str(e),
-                    retried="by the kubelet" if not isinstance(e, PermanentError) else "no",
-                )
                 out[ref.uid] = Outcome(error=str(e))
+                await tell(self.events, ref, e, read[0] if read else None, self._where(ref))
         return out
+
+    async def refuse(self, ref: ClaimRef, why: str) -> Outcome:
+        """A prepare refused before it starts (:class:`.plugin.DRAPlugin` in mode
+        device-plugin): logged, and shown on the claim's pods like any other refusal."""
+        try:
+            claim: ClaimAllocation | None = await self._claim(ref)
+        except DevicePluginError as e:
+            log.info("dra_claim_unread", claim=f"{ref.namespace}/{ref.name}", error=str(e))
+            claim = None
+        await tell(self.events, ref, ClaimNotPreparable(why), claim, self._where(ref))
+        return Outcome(error=why)
+
+    def _where(self, ref: ClaimRef) -> str:
+        return f"claim {ref.namespace}/{ref.name} on node {self.pool} (driver {self.driver})"
 
     async def _claim(self, ref: ClaimRef) -> ClaimAllocation:
         claim = claim_allocation(await self.read_claim(ref.namespace, ref.name))
@@ -171,8 +187,12 @@ class Preparer:
             for r in ours(claim, self.driver, self.pool)
         )
 
-    async def _prepare(self, ref: ClaimRef) -> tuple[PreparedClaimDevice, ...]:
+    async def _prepare(
+        self, ref: ClaimRef, read: list[ClaimAllocation]
+    ) -> tuple[PreparedClaimDevice, ...]:
+        """Prepare one claim; the claim, once read (and the kubelet's), is put in ``read``."""
         claim = await self._claim(ref)
+        read.append(claim)
         results = ours(claim, self.driver, self.pool)
         if not results:
             raise ClaimNotPreparable(

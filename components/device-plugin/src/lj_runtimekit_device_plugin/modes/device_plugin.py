@@ -13,11 +13,10 @@ from ..deviceplugin.handshake import SharedHandshake
 from ..deviceplugin.plugins import PluginHost
 from ..dra.plugin import DraHost
 from ..handover import Handover
-from ..kube import MarkUpdate, mark_pod, post_event
+from ..kube import MarkUpdate, mark_pod
 from ..metrics import PluginMetrics
 from ..model import Injection
 from ..node import Node, Reclaiming
-from ..pod_events import PodEvents
 from ..podview import PodView
 from . import migration
 from .mode import Registration, first
@@ -114,10 +113,6 @@ def _handshake(node: Node) -> Any:
     async def mark(pod: PodView, update: MarkUpdate) -> None:
         await mark_pod(api, pod.namespace, pod.name, pod.uid, update)
 
-    async def event(pod: PodView, reason: str, message: str) -> None:
-        await post_event(api, (pod.namespace, pod.name, pod.uid), reason, message, node=s.node_name)
-        node.metrics.events.labels(reason).inc()
-
     if api is None or pods is None:
         return None
     return SharedHandshake(
@@ -126,7 +121,7 @@ def _handshake(node: Node) -> Any:
         s.node_name,
         pods,
         mark,
-        events=PodEvents(event, dropped=lambda r: node.metrics.events_dropped.labels(r).inc()),
+        events=node.events,
         room=node.reclaimer,
         devices=node.devices,
     )

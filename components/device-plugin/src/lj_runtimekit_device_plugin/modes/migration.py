@@ -138,6 +138,7 @@ def dra_host(
             PartitionClient(s.socket_dir, s.rpc_timeout) if s.dra_partitions == DYNAMIC else None
         ),
         policy=s.dra_partitions,
+        events=parts.events,
     )
     return DraHost(
         preparer,

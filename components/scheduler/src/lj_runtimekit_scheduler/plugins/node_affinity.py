@@ -41,6 +41,30 @@ def term_matches(term: Term, node: Node, labels: Mapping[str, str]) -> bool:
     return bool(term.requirements) and all(_holds(r, node, labels) for r in term.requirements)
 
 
+CONFLICT = fail("pod affinity terms conflict", unresolvable=True)
+"""Every term names nodes, and no node is named by all requirements of any term."""
+
+
+def named_nodes(pod: Pod) -> frozenset[str] | None:
+    """The only nodes the pod can go to when every required term names them with
+    ``matchFields`` ``metadata.name In`` (kube-scheduler's PreFilter result: the other nodes are
+    not evaluated, "didn't satisfy plugin(s) [NodeAffinity]"); the union over terms of each
+    term's intersection. None: a term names no node (any node may match it)."""
+    if not pod.required_terms:
+        return None
+    names: set[str] = set()
+    for term in pod.required_terms:
+        named = [
+            set(r.values)
+            for r in term.requirements
+            if r.field and r.key == "metadata.name" and r.operator == "In"
+        ]
+        if not named:
+            return None
+        names |= set.intersection(*named)
+    return frozenset(names)
+
+
 def fits(pod: Pod, node: Node) -> bool:
     labels = node.label_map()
     if any(labels.get(k) != v for k, v in pod.node_selector):
@@ -59,7 +83,14 @@ class NodeAffinity:
     NAME = NAME
 
     def pre_filter(self, cs: CycleState, pod: Pod) -> Status:
-        return OK if pod.node_selector or pod.required_terms is not None else SKIP
+        if not pod.node_selector and pod.required_terms is None:
+            return SKIP
+        names = named_nodes(pod)
+        if names is None:
+            return OK
+        if not names:
+            return CONFLICT
+        return Status(nodes=names)
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
         return OK if fits(pod, info.node) else MISMATCH

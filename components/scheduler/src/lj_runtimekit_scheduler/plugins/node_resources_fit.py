@@ -29,6 +29,17 @@ def insufficient(want: Resources, allocatable: Resources, requested: Resources) 
     return sorted(short)
 
 
+_FIRST = ("pods", "cpu", "memory", "ephemeral-storage")
+
+
+def shortfall(short: list[str]) -> list[str]:
+    """kube-scheduler's words for the resources a node lacks, in its order: the pod count
+    ("Too many pods"), cpu, memory, ephemeral-storage, then the others."""
+    first = [r for r in _FIRST if r in short]
+    rest = [r for r in short if r not in _FIRST]
+    return [("Too many pods" if r == "pods" else f"Insufficient {r}") for r in first + rest]
+
+
 def allocation_score(
     want: Resources, allocatable: Resources, requested: Resources, most: bool
 ) -> int:
@@ -59,7 +70,7 @@ class NodeResourcesFit:
             want = {k: v for k, v in want.items() if k not in ours}
         short = insufficient(want, info.node.allocatable, info.requested)
         if short:
-            return fail(", ".join(f"Insufficient {n}" for n in short))
+            return fail(", ".join(shortfall(short)))
         return OK
 
     def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:

@@ -8,6 +8,7 @@ from ..model import Node, Pod, Taint
 from ..state import NodeInfo
 
 NAME = "TaintToleration"
+UNTOLERATED = "node(s) had untolerated taint(s)"
 
 
 def untolerated(pod: Pod, node: Node) -> Taint | None:
@@ -35,7 +36,8 @@ class TaintToleration:
         t = untolerated(pod, info.node)
         if t is None:
             return OK
-        return fail(f"node(s) had untolerated taint {{{t.key}: {t.value}}}", unresolvable=True)
+        # kube-scheduler's words (v1.37): the taint is not named; no preemption removes it
+        return fail(UNTOLERATED, unresolvable=True)
 
     def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:
         return intolerable_preferences(pod, info.node)
