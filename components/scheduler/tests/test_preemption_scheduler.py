@@ -8,6 +8,7 @@ import json
 import time
 from typing import Any, cast
 
+from lj_runtimekit_scheduler import storage
 from lj_runtimekit_scheduler.feed import Informers
 from lj_runtimekit_scheduler.metrics import Metrics
 from lj_runtimekit_scheduler.model import ASSIGNMENT_ANNOTATION, Device, Pod
@@ -18,6 +19,7 @@ from lj_runtimekit_scheduler.settings import Settings
 from lj_runtimekit_scheduler.state import ClusterState
 
 GPU, CORE = "aliyun.com/gpu", "aliyun.com/gpu-core"
+HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
 GROUP, SIZE = "lj-runtimekit-scheduler/pod-group", "lj-runtimekit-scheduler/pod-group-size"
 
 
@@ -25,12 +27,19 @@ class World:
     """The state, queue and scheduler of a small cluster, its pods as the apiserver holds them,
     and an edge recording what the scheduler wrote (and feeding it back as the watch would)."""
 
-    def __init__(self, nodes: dict[str, tuple[int, int]], islands: int = 1) -> None:
-        """``nodes``: name → (cpu cores, GPUs)."""
+    def __init__(
+        self,
+        nodes: dict[str, tuple[int, int]],
+        islands: int = 1,
+        zones: dict[str, str] | None = None,
+    ) -> None:
+        """``nodes``: name → (cpu cores, GPUs); ``zones``: name → its zone label."""
         self.now = time.monotonic()  # the feed stamps the queue with the monotonic clock
         self.state = ClusterState()
+        for kind in storage.KINDS:
+            self.state.storage.relist(kind, [])
         for name, (cpu, gpus) in nodes.items():
-            self.state.set_node(_node(name, cpu, gpus))
+            self.state.set_node(_node(name, cpu, gpus, (zones or {}).get(name)))
             per = max(1, gpus // islands)
             devices = tuple(
                 Device(f"gpu-{i}", "GPU", 80, True, i // per, i // per, i) for i in range(gpus)
@@ -99,11 +108,13 @@ class World:
         policy: str = "",
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
+        spec_extra: dict[str, Any] | None = None,
     ) -> str:
         spec: dict[str, Any] = {
             "schedulerName": "lj-runtimekit-scheduler",
             "priority": priority,
             "containers": [{"name": "main", "resources": {"requests": limits, "limits": limits}}],
+            **(spec_extra or {}),
         }
         if node:
             spec["nodeSelector"] = {"kubernetes.io/hostname": node}
@@ -155,15 +166,15 @@ class World:
         return [d["id"] for c in doc["containers"] for d in c["devices"]]
 
 
-def _node(name: str, cpu: int, gpus: int) -> Any:
+def _node(name: str, cpu: int, gpus: int, zone: str | None = None) -> Any:
     from lj_runtimekit_scheduler import objects
 
+    labels = {"lj_runtimekit_enable": "true", "kubernetes.io/hostname": name}
+    if zone is not None:
+        labels[ZONE] = zone
     return objects.node(
         {
-            "metadata": {
-                "name": name,
-                "labels": {"lj_runtimekit_enable": "true", "kubernetes.io/hostname": name},
-            },
+            "metadata": {"name": name, "labels": labels},
             "status": {
                 "allocatable": {
                     "cpu": str(cpu),
@@ -381,3 +392,127 @@ async def test_a_gang_that_cannot_fit_whole_preempts_nothing() -> None:
     assert w.preempted == []
     assert w.nominations == []
     assert any("preemption: no domain fits the gang" in m for m in w.said("h0"))
+
+
+# -- what the plugins that count pods beyond the node see in a dry run (kube-scheduler re-runs
+# every filter with the victims off: PreFilterExtensions RemovePod/AddPod)
+def _apart_from(app: str, key: str = HOST) -> dict[str, Any]:
+    rule = [{"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]
+    return {
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": rule}}
+    }
+
+
+async def test_a_lower_priority_pod_the_preemptor_s_anti_affinity_repels_is_its_victim() -> None:
+    w = World({"n1": (8, 0), "n2": (8, 0)})
+    w.pod("web-low", {"cpu": "1"}, 1, node="n1", labels={"app": "web"})
+    w.pod("web-vip", {"cpu": "1"}, 50, node="n2", labels={"app": "web"})  # above it: stays
+    await w.settle()
+    w.pod("high", {"cpu": "1"}, 10, spec_extra=_apart_from("web"))
+    await w.settle()
+    # room enough on both nodes: only the anti-affinity keeps it out, and only n1's web pod
+    # is below it
+    assert "InterPodAffinity: node(s) didn't match pod anti-affinity rules" in w.said("high")[0]
+    assert w.preempted == [("web-low", "high")]
+    assert w.nominations == [("high", "n1")]
+    w.gone("web-low")
+    await w.settle()
+    assert w.bound["high"] == "n1"
+
+
+async def test_a_lower_priority_pod_whose_anti_affinity_repels_the_preemptor_is_its_victim() -> (
+    None
+):
+    w = World({"n1": (8, 0)})
+    w.pod("guard", {"cpu": "1"}, 1, labels={"app": "db"}, spec_extra=_apart_from("web"))
+    await w.settle()
+    w.pod("high", {"cpu": "1"}, 10, labels={"app": "web"})
+    await w.settle()
+    assert "existing pods anti-affinity rules" in w.said("high")[0]
+    assert w.preempted == [("guard", "high")]
+
+
+async def test_a_spread_met_only_once_a_lower_priority_replica_is_gone_preempts_it() -> None:
+    w = World({"n1": (8, 0), "n2": (2, 0)}, zones={"n1": "a", "n2": "b"})
+    w.pod("web-low", {"cpu": "1"}, 1, node="n1", labels={"app": "web"})
+    w.pod("filler", {"cpu": "2"}, 50, node="n2")  # zone b full, and above the preemptor
+    await w.settle()
+    spread = {
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": ZONE,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}},
+            }
+        ]
+    }
+    w.pod("high", {"cpu": "1"}, 10, labels={"app": "web"}, spec_extra=spread)
+    await w.settle()
+    # zone a already holds one replica more than zone b: a second there is a skew of 2
+    assert "PodTopologySpread: node(s) didn't match pod topology spread" in w.said("high")[0]
+    assert w.preempted == [("web-low", "high")]
+    assert w.nominations == [("high", "n1")]
+
+
+def _rwop_claim(w: World, name: str) -> None:
+    """A ReadWriteOncePod claim bound to a PV that any node can mount."""
+    pv = {
+        "metadata": {"name": f"pv-{name}", "resourceVersion": "1"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOncePod"],
+            "storageClassName": "manual",
+            "claimRef": {"namespace": "ns", "name": name, "uid": f"uid-{name}"},
+        },
+        "status": {"phase": "Bound"},
+    }
+    claim = {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOncePod"],
+            "storageClassName": "manual",
+            "volumeName": f"pv-{name}",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+        "status": {"phase": "Bound"},
+    }
+    w.feed._handle("persistentvolumes", "ADDED", pv)
+    w.feed._handle("persistentvolumeclaims", "ADDED", claim)
+
+
+async def test_the_lower_priority_pod_using_a_read_write_once_pod_claim_is_the_victim() -> None:
+    w = World({"n1": (8, 0), "n2": (8, 0)})
+    _rwop_claim(w, "data")
+    uses = {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
+    w.pod("holder", {"cpu": "1"}, 1, node="n1", spec_extra=uses)
+    w.pod("other", {"cpu": "1"}, 1, node="n2")
+    await w.settle()
+    assert w.bound == {"holder": "n1", "other": "n2"}
+    w.pod("high", {"cpu": "1"}, 10, spec_extra=uses)
+    await w.settle()
+    assert "ReadWriteOncePod access mode" in w.said("high")[0]
+    # kube-scheduler's VolumeRestrictions RemovePod: only the holder's going frees the claim
+    assert w.preempted == [("holder", "high")]
+    assert w.nominations == [("high", "n1")]
+
+
+async def test_a_victim_gang_leaves_the_zone_whole_for_the_preemptor_s_anti_affinity() -> None:
+    w = World({"n1": (8, 0), "n2": (8, 0)}, zones={"n1": "a", "n2": "a"})
+    gang = {GROUP: "lo", SIZE: "2"}
+    for i in (1, 2):
+        w.pod(f"g{i}", {"cpu": "1"}, 1, node=f"n{i}", labels={"app": "g"}, annotations=gang)
+    await w.settle()
+    assert len(w.bound) == 2
+    w.pod("high", {"cpu": "1"}, 10, spec_extra=_apart_from("g", ZONE))
+    await w.settle()
+    # evicting the member on one node alone would leave the other in the zone: the whole gang
+    # goes, and the dry run sees both leave
+    assert sorted(v for v, _ in w.preempted) == ["g1", "g2"]
+    assert len(w.nominations) == 1

@@ -4,7 +4,7 @@ binding writes go through the :class:`Binder` the app provides."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
@@ -13,9 +13,9 @@ import structlog
 from .errors import SchedulerError
 from .gang import gang_of
 from .gpu import Choice
-from .model import Pod
+from .model import Node, Pod
 from .state import ClusterState, NodeInfo
-from .whatif import with_nominated
+from .whatif import Change, nominated_for, with_nominated
 
 T = TypeVar("T")
 log = structlog.get_logger("lj_runtimekit_scheduler.framework")
@@ -64,6 +64,11 @@ class CycleState:
         GpuFit not in the profile)."""
         return (self.read(CHOSEN_DEVICES) or {}).get(node)
 
+    def clone(self) -> CycleState:
+        """A copy whose slots can be replaced without touching these (kube-scheduler's
+        ``CycleState.Clone``); the values themselves are shared, never changed in place."""
+        return CycleState(dict(self._slots), dict(self.binding_annotations))
+
 
 @dataclass(frozen=True)
 class Status:
@@ -111,6 +116,23 @@ class FilterPlugin(Protocol):
     NAME: str
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status: ...
+
+
+PodChange = tuple[Pod, Node, int]
+"""A pod put on (+1) or taken off (-1) a node, seen by :class:`PreFilterExtensions`."""
+
+
+@runtime_checkable
+class PreFilterExtensions(Protocol):
+    """A plugin whose PreFilter state counts pods (kube-scheduler's ``PreFilterExtensions``,
+    ``AddPod``/``RemovePod`` in one call): filtering a what-if copy of a node — its nominated
+    pods on it, a preemption's victims off — gives it the pods moved, so its Filter sees the
+    cluster as the copy has it, on every node. It replaces its state in ``cs`` (a clone: the
+    value read is shared with the cycle's own state and is never changed in place)."""
+
+    NAME: str
+
+    def update_with_pods(self, cs: CycleState, pod: Pod, changes: Sequence[PodChange]) -> None: ...
 
 
 @runtime_checkable
@@ -292,6 +314,41 @@ class PreFiltered:
     """The PreFilter plugins that narrowed the nodes."""
 
 
+_NONE: frozenset[str] = frozenset()
+
+
+def extended(
+    cs: CycleState, pod: Pod, plugins: Sequence[Any], changes: Sequence[PodChange]
+) -> CycleState:
+    """``cs`` as the :class:`PreFilterExtensions` among ``plugins`` see it after ``changes``: a
+    clone they updated, or ``cs`` itself when nothing changes for them."""
+    if not changes or not plugins:
+        return cs
+    out = cs.clone()
+    for p in plugins:
+        p.update_with_pods(out, pod, changes)
+    return out
+
+
+def first_failure(
+    cs: CycleState,
+    moved: CycleState,
+    pod: Pod,
+    info: NodeInfo,
+    filters: Sequence[Any],
+    *,
+    extending: frozenset[str],
+) -> Status:
+    """The first failing Filter on ``info`` (its reason ``"<plugin>: <why>"``), else OK; the
+    plugins named in ``extending`` read ``moved`` (their state after the copy's changes), the
+    others ``cs`` (so what GpuFit chooses lands in the cycle's own state)."""
+    for f in filters:
+        st = f.filter(moved if f.NAME in extending else cs, pod, info)
+        if not st.ok:
+            return Status(False, f"{f.NAME}: {st.reason}", st.unresolvable)
+    return OK
+
+
 class Filtering:
     """The Filter chain of one pod's cycle (its PreFilter done), for a PostFilter plugin to run
     on what-if copies of nodes (kube-scheduler's ``RunFilterPluginsWithNominatedPods``)."""
@@ -299,22 +356,41 @@ class Filtering:
     def __init__(self, cs: CycleState, pod: Pod, pre: PreFiltered, state: ClusterState) -> None:
         self.cs, self.pod, self.state = cs, pod, state
         self.filters, self.allowed = pre.active, pre.allowed
+        self.extensions = [f for f in pre.active if isinstance(f, PreFilterExtensions)]
+        self._extending = frozenset(f.NAME for f in self.extensions)
 
-    def run(self, info: NodeInfo) -> Status:
+    def _moves(self, changes: Sequence[Change]) -> list[PodChange]:
+        out = []
+        for pod, node, delta in changes:
+            if (info := self.state.nodes.get(node)) is not None:
+                out.append((pod, info.node, delta))
+        return out
+
+    def run(self, info: NodeInfo, changes: Sequence[Change] = ()) -> Status:
         """The first failing filter on ``info`` (its reason ``"<plugin>: <why>"``), else OK;
         then the same on ``info`` with the pods nominated there that this pod must leave room
-        for, so the devices GpuFit chose last (``cs.chosen``) are those it would get. A node
-        the PreFilter results left out fails for good (kube-scheduler: unresolvable)."""
+        for, so the devices GpuFit chose last (``cs.chosen``) are those it would get.
+        ``changes`` are what made ``info`` a what-if copy (and any other node's pods moved with
+        it: a sandbox's, :meth:`whatif.Sandbox.trial`); the plugins that count pods beyond the
+        node see them. A node the PreFilter results left out fails for good (kube-scheduler:
+        unresolvable)."""
         if self.allowed is not None and info.node.name not in self.allowed:
             return Status(False, "node(s) didn't satisfy the pod's PreFilter", True)
-        for view in (info, with_nominated(self.state, self.pod, info)):
-            if view is None:
-                continue
-            for f in self.filters:
-                st = f.filter(self.cs, self.pod, view)
-                if not st.ok:
-                    return Status(False, f"{f.NAME}: {st.reason}", st.unresolvable)
-        return OK
+        moves = self._moves(changes)
+        moved = extended(self.cs, self.pod, self.extensions, moves)
+        st = first_failure(self.cs, moved, self.pod, info, self.filters, extending=self._extending)
+        if not st.ok:
+            return st
+        held = nominated_for(self.state, self.pod, info)
+        if not held:
+            return OK
+        view = with_nominated(self.state, self.pod, info)
+        assert view is not None
+        nominated = [(p, info.node, 1) for p, _ in held]
+        moved = extended(moved, self.pod, self.extensions, nominated)
+        return first_failure(
+            self.cs, moved, self.pod, view, self.filters, extending=self._extending
+        )
 
 
 class Profile:
@@ -330,6 +406,10 @@ class Profile:
         self.score = [(p, w) for p, w in plugins if isinstance(p, ScorePlugin) and w > 0]
         self._cross = {p.NAME for p, _ in plugins if cross_node(p)}
         """Names of the :func:`cross_node` plugins."""
+        self._extending = frozenset(
+            p.NAME for p, _ in plugins if isinstance(p, PreFilterExtensions)
+        )
+        """Names of the :class:`PreFilterExtensions` plugins."""
         self._remembered = [k for k, (p, _) in enumerate(self.score) if p.NAME not in self._cross]
         """Indices in :attr:`score` of the plugins whose raw score is remembered per node."""
         self.reserve = [p for p, _ in plugins if isinstance(p, ReservePlugin)]
@@ -375,15 +455,27 @@ class Profile:
         filtered once more with them on it (kube-scheduler's ``RunFilterPluginsWithNominatedPods``;
         the node's version moves with its nominations, and the pod's priority is part of its
         shape)."""
-        views = [info]
-        if self._state is not None and (held := with_nominated(self._state, pod, info)):
-            views.append(held)
-        for view in views:
-            for f in filters:
-                st = f.filter(cs, pod, view)
-                if not st.ok:
-                    return (f"{f.NAME}: {st.reason}", ())
+        st = self._with_nominated(cs, pod, info, filters)
+        if not st.ok:
+            return (st.reason, ())
         return (None, self._scores(cs, pod, info, spent))
+
+    def _with_nominated(
+        self, cs: CycleState, pod: Pod, info: NodeInfo, filters: Sequence[Any]
+    ) -> Status:
+        """``filters`` on the node, then on the node with the pods nominated there that this
+        pod must leave room for, the plugins that count pods seeing them too."""
+        st = first_failure(cs, cs, pod, info, filters, extending=_NONE)
+        if not st.ok or self._state is None:
+            return st
+        held = nominated_for(self._state, pod, info)
+        if not held:
+            return st
+        view = with_nominated(self._state, pod, info)
+        assert view is not None
+        counting = [f for f in filters if f.NAME in self._extending]
+        moved = extended(cs, pod, counting, [(p, info.node, 1) for p, _ in held])
+        return first_failure(cs, moved, pod, view, filters, extending=self._extending)
 
     def _verdict(
         self, cs: CycleState, pod: Pod, info: NodeInfo, walk: Walk, spent: list[float]
@@ -423,15 +515,11 @@ class Profile:
         for i in range(len(infos)):
             info = infos[(start + i) % len(infos)]
             seen += 1
-            crossed = None
-            for f in walk.cross:
-                st = f.filter(cs, pod, info)
+            if walk.cross:
+                st = self._with_nominated(cs, pod, info, walk.cross)
                 if not st.ok:
-                    crossed = f"{f.NAME}: {st.reason}"
-                    break
-            if crossed is not None:
-                deferred.append((info, crossed))
-                continue
+                    deferred.append((info, st.reason))
+                    continue
             reason, scores = self._verdict(cs, pod, info, walk, spent)
             if reason is not None:
                 walk.reasons[info.node.name] = reason

@@ -114,6 +114,14 @@ class NodeInfo:
     """uid → the pods on this node whose allocation is not confirmed yet."""
     version: int = 0
     """Bumped whenever what the node holds or its devices change (plugins key caches on it)."""
+    guests: dict[str, Pod] = field(default_factory=dict)
+    """uid → the pods of :attr:`pods` that only a what-if copy holds (``whatif.py``: pods
+    nominated there, or placed by a dry run), which :attr:`ClusterState.pods` does not."""
+
+    def pod(self, uid: str, state: ClusterState) -> Pod | None:
+        """The pod ``uid`` of :attr:`pods`, a guest of a what-if copy included."""
+        held = state.pods.get(uid)
+        return held[0] if held is not None else self.guests.get(uid)
 
 
 class ClusterState:

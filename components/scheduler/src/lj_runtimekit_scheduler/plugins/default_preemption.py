@@ -10,7 +10,7 @@ domain where every member fits once the victims are gone, or nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .. import budgets, preemption
@@ -44,6 +44,12 @@ OUTCOME: Slot[Outcome] = Slot("DefaultPreemption/outcome")
 NOMINATED: Slot[str] = Slot("DefaultPreemption/nominated")
 """The node the pod was nominated to when its cycle began (the scheduler lifts the nomination
 for the cycle, so the pod does not leave room for itself)."""
+
+
+def _uids(units: Iterable[Unit]) -> set[str]:
+    """Every pod of ``units``, wherever it runs (a gang's members on other nodes too: the
+    plugins that count pods beyond the node see them go)."""
+    return {p.uid for u in units for p in u.pods}
 
 
 def _devices(choice: Choice | None) -> frozenset[str]:
@@ -194,13 +200,11 @@ class DefaultPreemption:
 
         def fits(off: frozenset[int]) -> bool:
             if off not in tried:
-                uids = set().union(*(units[i].here for i in off)) if off else set()
-                tried[off] = filtering.run(sandbox.without(node, uids)).ok
+                tried[off] = filtering.run(*sandbox.trial(node, _uids(units[i] for i in off))).ok
             return tried[off]
 
         every = frozenset(range(len(units)))
-        uids = set().union(*(u.here for u in units)) if units else set()
-        st = filtering.run(sandbox.without(node, uids))
+        st = filtering.run(*sandbox.trial(node, _uids(units)))
         tried[every] = st.ok
         if not st.ok:
             if st.unresolvable:
@@ -214,8 +218,7 @@ class DefaultPreemption:
         victims = preemption.select(units, self.state.budgets.values(), fits, groups, least)
         if victims is None:  # not reached: it fitted with every unit off
             return preemption.NOT_HELPFUL
-        off = set().union(*(u.here for u in victims.units)) if victims.units else set()
-        filtering.run(sandbox.without(node, off))  # GpuFit's choice there, last
+        filtering.run(*sandbox.trial(node, _uids(victims.units)))  # GpuFit's choice there, last
         return Candidate(node, victims, filtering.cs.chosen(node))
 
     # -- a gang
@@ -257,7 +260,7 @@ class DefaultPreemption:
             filtering = profile.filtering(cs, m, self.state)
             if isinstance(filtering, Status):
                 return filtering.reason
-            spot = next((n for n in domain if filtering.run(sandbox.info(n)).ok), None)
+            spot = next((n for n in domain if filtering.run(*sandbox.trial(n)).ok), None)
             choice = cs.chosen(spot) if spot else None
             if spot is None:
                 cand, _ = self.dry_run(m, domain, filtering, sandbox, below)
