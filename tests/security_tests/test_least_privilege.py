@@ -11,6 +11,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -28,6 +29,8 @@ pytestmark = pytest.mark.cluster
 
 RBAC = "rbac"
 """Refused by RBAC: 403 naming the ServiceAccount and the verb it lacks."""
+PREEMPTS_ONLY = "may only delete a pod it preempts"
+"""The scheduler's admission policy on a pod deletion it was not marked for."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,11 @@ class Objects:
     """A pending pod that names the suite's scheduler."""
     foreign_job: str
     """A Job in kube-system that is not an agent Job."""
+    critical: str
+    """A running pod of a system priority class in kube-system (marked as preempted by someone
+    else, DisruptionTarget/PreemptionByScheduler, just before the attack on it)."""
+    stranger: str
+    """A pending pod that names another scheduler."""
     bound_pv: str = ""
     """A PersistentVolume bound to another tenant's claim ``claim``."""
     free_pv: str = ""
@@ -111,6 +119,8 @@ def objs(rig: Rig) -> Iterator[Objects]:
         f"elsewhere-{run}",
         f"pending-{run}",
         f"foreign-{run}",
+        f"critical-{run}",
+        f"stranger-{run}",
         bound_pv=f"sec-bound-{run}",
         free_pv=f"sec-free-{run}",
         claim=f"data-{run}",
@@ -120,11 +130,16 @@ def objs(rig: Rig) -> Iterator[Objects]:
     ok(rig.root("POST", pods, pod_body(o.elsewhere, rig.other_node)), "pod elsewhere")
     pending = pod_body(o.pending, None, schedulerName="lj-runtimekit-scheduler")
     ok(rig.root("POST", pods, pending), "pending pod")
+    stranger = pod_body(o.stranger, None, schedulerName="someone-else")
+    ok(rig.root("POST", pods, stranger), "a pending pod of another scheduler")
     job = {
         "metadata": {"name": o.foreign_job},
         "spec": {"suspend": True, "template": {"spec": pod_body("x", None)["spec"]}},
     }
     ok(rig.root("POST", JOBS, job), "a Job not of the suite")
+    critical = pod_body(o.critical, rig.own_node, priorityClassName="system-node-critical")
+    ok(rig.root("POST", f"/api/v1/namespaces/{NS}/pods", critical), "a system-critical pod")
+    _running(rig, _pods(rig, o.critical, NS))
     ok(rig.root("POST", _claims_path(rig), _pvc(o.claim)), "another tenant's claim")
     ok(rig.root("POST", PVS, _pv(o.bound_pv, (rig.victims, o.claim))), "a PV bound to it")
     ok(rig.root("POST", PVS, _pv(o.free_pv, cls="sec-test-free")), "a free PV")
@@ -136,6 +151,7 @@ def objs(rig: Rig) -> Iterator[Objects]:
         yield o
     finally:
         rig.root("DELETE", f"{JOBS}/{o.foreign_job}", {"propagationPolicy": "Background"})
+        rig.root("DELETE", _pods(rig, o.critical, NS), {"gracePeriodSeconds": 0})
         for name in (o.bound_pv, o.free_pv):
             rig.root("DELETE", f"{PVS}/{name}", None)
 
@@ -354,6 +370,40 @@ def _escalate(account: str) -> Obj:
     }
 
 
+def _running(rig: Rig, path: str) -> None:
+    """Until the pod at ``path`` runs (its node has written the status it keeps)."""
+    eventually(
+        f"{path} running",
+        lambda: ok(rig.root("GET", path, None), path).get("status", {}).get("phase") == "Running",
+    )
+
+
+def _preempted_condition() -> Obj:
+    """The condition kube-scheduler (and ours, ``kube.preempt``) sets on a pod it preempts. Its
+    transition time is now: the disruption controller turns a DisruptionTarget condition older
+    than two minutes on a pod not being deleted back to False (one without a time at once)."""
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "message": "lj-runtimekit-scheduler: preempting to accommodate a higher priority pod",
+        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def _mark(rig: Rig, path: str) -> None:
+    """Mark the pod at ``path`` preempted, as another scheduler would (root's write)."""
+    marked = {"status": {"conditions": [_preempted_condition()]}}
+    ok(rig.root("PATCH", f"{path}/status", marked, patch="strategic"), f"mark {path}")
+
+
+def _delete_marked(rig: Rig, path: str) -> Request:
+    """The deletion of the pod at ``path`` just after it was marked (a fresh mark: an old one
+    the disruption controller may have turned back to False)."""
+    _mark(rig, path)
+    return ("DELETE", path, None)
+
+
 def _lease(name: str) -> Obj:
     return {"metadata": {"name": name}, "spec": {"holderIdentity": "attacker"}}
 
@@ -362,8 +412,9 @@ def _image(pod: str = "evil:latest") -> Obj:
     return {"spec": {"containers": [{"name": "main", "image": pod}]}}
 
 
-def _common(component: str, account: str) -> list[Attack]:
-    """What no component may do at all."""
+def _common(component: str, account: str, delete_refused_by: str = RBAC) -> list[Attack]:
+    """What no component may do at all (``delete_refused_by``: the scheduler may delete the pods
+    it preempts, so its admission policy, not RBAC, refuses every other pod deletion)."""
     return [
         Attack(
             f"{component}-read-secrets",
@@ -391,7 +442,7 @@ def _common(component: str, account: str) -> list[Attack]:
             f"{component}-delete-pod",
             component,
             lambda r, o: ("DELETE", _pods(r, o.tenant), None),
-            RBAC,
+            delete_refused_by,
         ),
         Attack(
             f"{component}-bind-cluster-admin",
@@ -449,8 +500,64 @@ def _common(component: str, account: str) -> list[Attack]:
 
 
 ATTACKS: list[Attack] = [
-    # --- the scheduler: it binds and posts Events; it never edits a pod
-    *_common("scheduler", "lj-runtimekit-scheduler"),
+    # --- the scheduler: it binds and posts Events; it never edits a pod but its status for a
+    # claim or a preemption, and deletes only the pods it preempts
+    *_common("scheduler", "lj-runtimekit-scheduler", delete_refused_by=PREEMPTS_ONLY),
+    Attack(
+        "scheduler-delete-pending-pod",
+        "scheduler",
+        lambda r, o: ("DELETE", _pods(r, o.pending), None),
+        PREEMPTS_ONLY,
+    ),
+    Attack(
+        "scheduler-delete-marked-system-critical-pod",
+        "scheduler",
+        lambda r, o: _delete_marked(r, _pods(r, o.critical, NS)),
+        PREEMPTS_ONLY,
+    ),
+    Attack(
+        "scheduler-mark-system-critical-pod",
+        "scheduler",
+        lambda r, o: (
+            "PATCH",
+            f"{_pods(r, o.critical, NS)}/status",
+            {"status": {"conditions": [_preempted_condition()]}},
+            "strategic",
+        ),
+        "may only set the extendedResourceClaimStatus",
+    ),
+    Attack(
+        "scheduler-mark-and-fail-a-pod",
+        "scheduler",
+        lambda r, o: (
+            "PATCH",
+            f"{_pods(r, o.tenant)}/status",
+            {"status": {"phase": "Failed", "conditions": [_preempted_condition()]}},
+            "strategic",
+        ),
+        "may only set the extendedResourceClaimStatus",
+    ),
+    Attack(
+        "scheduler-mark-a-pending-pod",
+        "scheduler",
+        lambda r, o: (
+            "PATCH",
+            f"{_pods(r, o.pending)}/status",
+            {"status": {"conditions": [_preempted_condition()]}},
+            "strategic",
+        ),
+        "may only set the extendedResourceClaimStatus",
+    ),
+    Attack(
+        "scheduler-nominate-a-pod-not-its-own",
+        "scheduler",
+        lambda r, o: (
+            "PATCH",
+            f"{_pods(r, o.stranger)}/status",
+            {"status": {"nominatedNodeName": r.other_node}},
+        ),
+        "may only set the extendedResourceClaimStatus",
+    ),
     Attack(
         "scheduler-replace-image",
         "scheduler",
@@ -1227,6 +1334,8 @@ def test_every_component_and_issue_escape_is_attacked() -> None:
     ids = {a.id for a in ATTACKS}
     for named in (
         "scheduler-replace-image",
+        "scheduler-delete-pod",
+        "scheduler-delete-marked-system-critical-pod",
         "controller-job-kube-system-account",
         "controller-job-host-root",
         "controller-job-issue-34-privileged-kube-system-escape",
@@ -1310,7 +1419,37 @@ def test_scheduler_token_does_all_the_scheduler_does(rig: Rig, objs: Objects) ->
     assert "field is immutable" in rewrite.message, rewrite.message
     _lease_cycle(rig, "scheduler", "lj-runtimekit-scheduler")
     _claim_cycle(rig)
+    _preemption_cycle(rig)
     _volume_cycle(rig)
+
+
+def _preemption_cycle(rig: Rig) -> None:
+    """What the scheduler writes to preempt (``kube.nominate``, ``kube.preempt``): PDBs read, the
+    preemptor's nominatedNodeName set and cleared, the victim marked, then deleted."""
+    s = rig.as_("scheduler")
+    pdbs = "/apis/policy/v1/poddisruptionbudgets"
+    _ok(s("GET", pdbs, None, query=[("limit", 1)]), "list PodDisruptionBudgets")
+    _ok(s("GET", pdbs, None, query=[("watch", "true"), ("timeoutSeconds", 1)]), "watch them")
+    run = uuid.uuid4().hex[:6]
+    pods = f"/api/v1/namespaces/{rig.victims}/pods"
+    preemptor = pod_body(f"preemptor-{run}", None, schedulerName="lj-runtimekit-scheduler")
+    ok(rig.root("POST", pods, preemptor), "a pending pod of the scheduler")
+    victim = ok(rig.root("POST", pods, pod_body(f"victim-{run}", rig.own_node)), "a victim")
+    _running(rig, _pods(rig, f"victim-{run}"))  # a victim runs: its node writes no status after
+    status = f"{_pods(rig, f'preemptor-{run}')}/status"
+    for node in (rig.own_node, None):
+        patch = {"status": {"nominatedNodeName": node}}
+        _ok(s("PATCH", status, patch), f"nominatedNodeName {node}")
+    vpath = _pods(rig, f"victim-{run}")
+    mark = {"status": {"conditions": [_preempted_condition()]}}
+    _ok(s("PATCH", f"{vpath}/status", mark, patch="strategic"), "mark the victim preempted")
+    conditions = ok(rig.root("GET", vpath, None), "the victim")["status"]["conditions"]
+    assert [c["reason"] for c in conditions if c["type"] == "DisruptionTarget"] == [
+        "PreemptionByScheduler"
+    ]
+    gone = {"preconditions": {"uid": victim["metadata"]["uid"]}}
+    _ok(s("DELETE", vpath, gone), "delete the victim it marked")
+    rig.root("DELETE", _pods(rig, f"preemptor-{run}"), {"gracePeriodSeconds": 0})
 
 
 STORAGE_LISTS = (

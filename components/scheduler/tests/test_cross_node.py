@@ -264,6 +264,7 @@ async def test_failed_scheduling_says_why_in_kube_scheduler_s_words() -> None:
     failed = [m for p, r, m in events if r == "FailedScheduling"]
     assert failed == [
         "0/2 nodes are available: 2 InterPodAffinity: node(s) didn't match pod anti-affinity rules."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
     ]
 
 

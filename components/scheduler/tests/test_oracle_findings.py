@@ -70,14 +70,21 @@ def test_an_untolerated_taint_is_worded_as_kube_scheduler_words_it() -> None:
     _, text = schedule(
         pod(), [node("n1", taints=[{"key": "t", "value": "v", "effect": "NoExecute"}])]
     )
-    assert text == "0/1 nodes are available: 1 TaintToleration: node(s) had untolerated taint(s)."
+    # and kube-scheduler's preemption part: no eviction removes a taint (unresolvable)
+    assert text == (
+        "0/1 nodes are available: 1 TaintToleration: node(s) had untolerated taint(s)."
+        " preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
 
 
 def test_a_node_with_no_pod_slot_left_is_too_many_pods() -> None:
     full = node("n1", allocatable={"cpu": "1", "memory": "1Gi", "pods": "1"})
     _, text = schedule(pod(containers=[cpu("2")]), [full], [pod("e", "n1")])
     # the pod count first, then cpu, as kube-scheduler lists them ("Insufficient pods" before)
-    assert text == ("0/1 nodes are available: 1 NodeResourcesFit: Too many pods, Insufficient cpu.")
+    assert text == (
+        "0/1 nodes are available: 1 NodeResourcesFit: Too many pods, Insufficient cpu."
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
 
 
 def test_a_regular_init_container_before_a_sidecar_does_not_run_beside_it() -> None:
@@ -120,7 +127,8 @@ def test_a_sidecars_host_port_is_held() -> None:
     _, text = schedule(want, [node("n1")], [held])
     assert text == (
         "0/1 nodes are available: 1 NodePorts: node(s) didn't have free ports for the requested "
-        "pod ports."
+        "pod ports. preemption: 0/1 nodes are available: 1 No preemption victims found for "
+        "incoming pod."
     )
 
 
@@ -151,7 +159,9 @@ def test_nodes_no_term_names_are_not_evaluated() -> None:
     _, text = schedule(pod(affinity=_names(["n2"]), containers=[cpu("1")]), nodes)
     assert text == (
         "0/2 nodes are available: 1 NodeAffinity: node(s) didn't satisfy plugin(s) "
-        "[NodeAffinity], 1 NodeResourcesFit: Insufficient cpu."
+        "[NodeAffinity], 1 NodeResourcesFit: Insufficient cpu. preemption: 0/2 nodes are "
+        "available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful "
+        "for scheduling."
     )
 
 

@@ -189,7 +189,8 @@ async def test_two_pods_in_flight_never_get_one_pv() -> None:
     assert failed[0] == second.name
     assert failed[2] == (
         "0/2 nodes are available: 2 VolumeBinding: node(s) didn't find available persistent "
-        "volumes to bind."
+        "volumes to bind. preemption: 0/2 nodes are available: 2 Preemption is not helpful for "
+        "scheduling."
     )
 
 

@@ -1,8 +1,8 @@
 """The feed: nodes, NodeDevices and pods into the state and the queue, ResourceSlices and
 ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), claims, PVs and the
 storage objects into its storage cache (:mod:`.storage`), namespaces' labels (inter-pod terms'
-namespaceSelector) and, when the default spread constraints need them, the selectors of Services
-and pod controllers (:mod:`.workloads`), one informer each.
+namespaceSelector), PodDisruptionBudgets for preemption and, when the default spread constraints
+need them, the selectors of Services and pod controllers (:mod:`.workloads`), one informer each.
 
 Each kind is listed, then watched from the list's resourceVersion (``informer.py``); a closed
 stream is resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried
@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from . import objects, storage, workloads
+from . import budgets, objects, storage, workloads
 from .errors import PermanentError, TemporaryError
 from .informer import Informer
 from .kube import Gone, Json, Kube
@@ -40,8 +40,16 @@ KINDS = (
     "resourceclaims",
     *storage.KINDS,
     "namespaces",
+    "poddisruptionbudgets",
 )
-OPTIONAL = ("resourceslices", "resourceclaims", *storage.KINDS, "namespaces", *workloads.KINDS)
+OPTIONAL = (
+    "resourceslices",
+    "resourceclaims",
+    *storage.KINDS,
+    "namespaces",
+    *workloads.KINDS,
+    "poddisruptionbudgets",
+)
 """Kinds a cluster may not serve (or the scheduler's role, or an older RBAC, may not grant): it
 starts without them. Pods without claims never wait for the storage kinds; a pod with claims
 waits until they are listed (VolumeBinding says so)."""
@@ -95,6 +103,7 @@ class Informers:
             **{k: partial(self._storage, k) for k in storage.KINDS},
             "namespaces": self._namespace,
             **{k: partial(self._workload, k) for k in workloads.KINDS},
+            "poddisruptionbudgets": self._budget,
         }
 
     @property
@@ -146,6 +155,10 @@ class Informers:
             self.state.namespace_labels.clear()
         elif kind in workloads.KINDS:
             self.state.workloads.clear(kind)
+        elif kind == "poddisruptionbudgets":
+            seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
+            for uid in [u for u in self.state.budgets if u not in seen]:
+                del self.state.budgets[uid]
 
     def _handle(self, kind: str, ev_type: str, obj: Json) -> None:
         try:
@@ -214,21 +227,36 @@ class Informers:
         else:
             self.state.workloads.put(kind, ns, name, workloads.selector_of(kind, obj))
 
+    def _budget(self, ev_type: str, obj: Json) -> None:
+        uid = str(obj["metadata"]["uid"])
+        if ev_type == "DELETED":
+            self.state.budgets.pop(uid, None)
+        else:
+            self.state.budgets[uid] = budgets.budget(obj)
+
     def _pod(self, ev_type: str, obj: Json) -> None:
         pod = objects.pod(obj, self.settings.resources)
         if ev_type == "DELETED":
             self.queue.delete(pod.uid)
+            nominated = self.state.unnominate(pod.uid) is not None
             if pod.uid in self.state.pods:
                 self.state.remove_pod(pod.uid)
                 self._changed()
+            elif nominated:
+                self._changed()  # the room it held is free
             return
         ours = pod.scheduler_name == self.settings.scheduler_name
         if ours and not pod.node_name and not pod.deleting and pod.phase == "Pending":
             if pod.uid not in self.state.assumed:
+                first = self.queue.get(pod.uid) is None and pod.uid not in self.state.nominated
+                if pod.nominated_node and first:
+                    # first seen (a restart, a new leader): it keeps the room a preemption made
+                    self.state.nominate(pod, pod.nominated_node, None)
                 self.queue.add(pod, time.monotonic())
                 self.poke()
             return
         self.queue.delete(pod.uid)
+        self.state.unnominate(pod.uid)  # bound (or ended): a nomination is for a pending pod
         held, was_pending = pod.uid in self.state.pods, self.state.is_pending(pod.uid)
         assumed = pod.uid in self.state.assumed
         # another scheduler's pod with our annotation is counted by its requests, not told

@@ -4,7 +4,7 @@ binding writes go through the :class:`Binder` the app provides."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
@@ -13,8 +13,9 @@ import structlog
 from .errors import SchedulerError
 from .gang import gang_of
 from .gpu import Choice
-from .model import Pod
+from .model import Node, Pod
 from .state import ClusterState, NodeInfo
+from .whatif import Change, nominated_for, with_nominated
 
 T = TypeVar("T")
 log = structlog.get_logger("lj_runtimekit_scheduler.framework")
@@ -63,6 +64,11 @@ class CycleState:
         GpuFit not in the profile)."""
         return (self.read(CHOSEN_DEVICES) or {}).get(node)
 
+    def clone(self) -> CycleState:
+        """A copy whose slots can be replaced without touching these (kube-scheduler's
+        ``CycleState.Clone``); the values themselves are shared, never changed in place."""
+        return CycleState(dict(self._slots), dict(self.binding_annotations))
+
 
 @dataclass(frozen=True)
 class Status:
@@ -71,7 +77,9 @@ class Status:
     ok: bool = True
     reason: str = ""
     unresolvable: bool = False
-    """No change in the cluster would help (e.g. an unsupported feature)."""
+    """From PreFilter: no change in the cluster would help (e.g. an unsupported feature). From
+    Filter: evicting pods would not help there (kube-scheduler's UnschedulableAndUnresolvable:
+    preemption leaves the node out)."""
     skip: bool = False
     """From PreFilter: this plugin's Filter has nothing to check for this pod (kube-scheduler's
     Skip status); the cycle does not call it on any node."""
@@ -110,11 +118,34 @@ class FilterPlugin(Protocol):
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status: ...
 
 
+PodChange = tuple[Pod, Node, int]
+"""A pod put on (+1) or taken off (-1) a node, seen by :class:`PreFilterExtensions`."""
+
+
+@runtime_checkable
+class PreFilterExtensions(Protocol):
+    """A plugin whose PreFilter state counts pods (kube-scheduler's ``PreFilterExtensions``,
+    ``AddPod``/``RemovePod`` in one call): filtering a what-if copy of a node — its nominated
+    pods on it, a preemption's victims off — gives it the pods moved, so its Filter sees the
+    cluster as the copy has it, on every node. It replaces its state in ``cs`` (a clone: the
+    value read is shared with the cycle's own state and is never changed in place)."""
+
+    NAME: str
+
+    def update_with_pods(self, cs: CycleState, pod: Pod, changes: Sequence[PodChange]) -> None: ...
+
+
 @runtime_checkable
 class PostFilterPlugin(Protocol):
     NAME: str
 
-    def post_filter(self, cs: CycleState, pod: Pod, reasons: dict[str, str]) -> Status: ...
+    def post_filter(
+        self, cs: CycleState, pod: Pod, reasons: dict[str, str], filtering: Filtering
+    ) -> Status:
+        """After no node passed Filter (``reasons``: node → why); ``filtering`` runs the cycle's
+        Filter chain on what-if copies of a node. The reason of a failing status is appended to
+        FailedScheduling (``preemption: ...``)."""
+        ...
 
 
 @runtime_checkable
@@ -254,6 +285,7 @@ def shape(pod: Pod) -> Hashable:
         pod.required_terms,
         pod.preferred_terms,
         pod.tolerations,
+        pod.priority,  # which nominated pods it must leave room for (whatif.with_nominated)
         pod.volumes,
     )
 
@@ -265,6 +297,100 @@ class Result:
     """node → the first failing plugin's reason (or ``"*"`` for a pod-level reason); when a
     node was found, a node a cross-node plugin rejected may carry that plugin's reason."""
     unresolvable: bool = False
+    post_filter: str = ""
+    """What the PostFilter plugins said (``preemption: ...``), appended to FailedScheduling."""
+
+
+@dataclass(frozen=True)
+class PreFiltered:
+    """What one pod's PreFilter leaves its Filter."""
+
+    active: list[Any]
+    """The Filter plugins the cycle runs, in profile order (those whose PreFilter said Skip
+    left out)."""
+    allowed: frozenset[str] | None = None
+    """The only nodes that can pass (the PreFilter results' intersection); None: any."""
+    narrowed: list[str] = field(default_factory=list)
+    """The PreFilter plugins that narrowed the nodes."""
+
+
+_NONE: frozenset[str] = frozenset()
+
+
+def extended(
+    cs: CycleState, pod: Pod, plugins: Sequence[Any], changes: Sequence[PodChange]
+) -> CycleState:
+    """``cs`` as the :class:`PreFilterExtensions` among ``plugins`` see it after ``changes``: a
+    clone they updated, or ``cs`` itself when nothing changes for them."""
+    if not changes or not plugins:
+        return cs
+    out = cs.clone()
+    for p in plugins:
+        p.update_with_pods(out, pod, changes)
+    return out
+
+
+def first_failure(
+    cs: CycleState,
+    moved: CycleState,
+    pod: Pod,
+    info: NodeInfo,
+    filters: Sequence[Any],
+    *,
+    extending: frozenset[str],
+) -> Status:
+    """The first failing Filter on ``info`` (its reason ``"<plugin>: <why>"``), else OK; the
+    plugins named in ``extending`` read ``moved`` (their state after the copy's changes), the
+    others ``cs`` (so what GpuFit chooses lands in the cycle's own state)."""
+    for f in filters:
+        st = f.filter(moved if f.NAME in extending else cs, pod, info)
+        if not st.ok:
+            return Status(False, f"{f.NAME}: {st.reason}", st.unresolvable)
+    return OK
+
+
+class Filtering:
+    """The Filter chain of one pod's cycle (its PreFilter done), for a PostFilter plugin to run
+    on what-if copies of nodes (kube-scheduler's ``RunFilterPluginsWithNominatedPods``)."""
+
+    def __init__(self, cs: CycleState, pod: Pod, pre: PreFiltered, state: ClusterState) -> None:
+        self.cs, self.pod, self.state = cs, pod, state
+        self.filters, self.allowed = pre.active, pre.allowed
+        self.extensions = [f for f in pre.active if isinstance(f, PreFilterExtensions)]
+        self._extending = frozenset(f.NAME for f in self.extensions)
+
+    def _moves(self, changes: Sequence[Change]) -> list[PodChange]:
+        out = []
+        for pod, node, delta in changes:
+            if (info := self.state.nodes.get(node)) is not None:
+                out.append((pod, info.node, delta))
+        return out
+
+    def run(self, info: NodeInfo, changes: Sequence[Change] = ()) -> Status:
+        """The first failing filter on ``info`` (its reason ``"<plugin>: <why>"``), else OK;
+        then the same on ``info`` with the pods nominated there that this pod must leave room
+        for, so the devices GpuFit chose last (``cs.chosen``) are those it would get.
+        ``changes`` are what made ``info`` a what-if copy (and any other node's pods moved with
+        it: a sandbox's, :meth:`whatif.Sandbox.trial`); the plugins that count pods beyond the
+        node see them. A node the PreFilter results left out fails for good (kube-scheduler:
+        unresolvable)."""
+        if self.allowed is not None and info.node.name not in self.allowed:
+            return Status(False, "node(s) didn't satisfy the pod's PreFilter", True)
+        moves = self._moves(changes)
+        moved = extended(self.cs, self.pod, self.extensions, moves)
+        st = first_failure(self.cs, moved, self.pod, info, self.filters, extending=self._extending)
+        if not st.ok:
+            return st
+        held = nominated_for(self.state, self.pod, info)
+        if not held:
+            return OK
+        view = with_nominated(self.state, self.pod, info)
+        assert view is not None
+        nominated = [(p, info.node, 1) for p, _ in held]
+        moved = extended(moved, self.pod, self.extensions, nominated)
+        return first_failure(
+            self.cs, moved, self.pod, view, self.filters, extending=self._extending
+        )
 
 
 class Profile:
@@ -280,6 +406,10 @@ class Profile:
         self.score = [(p, w) for p, w in plugins if isinstance(p, ScorePlugin) and w > 0]
         self._cross = {p.NAME for p, _ in plugins if cross_node(p)}
         """Names of the :func:`cross_node` plugins."""
+        self._extending = frozenset(
+            p.NAME for p, _ in plugins if isinstance(p, PreFilterExtensions)
+        )
+        """Names of the :class:`PreFilterExtensions` plugins."""
         self._remembered = [k for k, (p, _) in enumerate(self.score) if p.NAME not in self._cross]
         """Indices in :attr:`score` of the plugins whose raw score is remembered per node."""
         self.reserve = [p for p, _ in plugins if isinstance(p, ReservePlugin)]
@@ -302,6 +432,8 @@ class Profile:
         self.observe: Callable[[str, str, float], None] = lambda point, name, s: None
         self.sample_every = 10
         """Plugin durations are observed in one cycle of this many (kube-scheduler: 10 %)."""
+        self._state: ClusterState | None = None
+        """The state of the cycle running, while it has nominated pods (else None)."""
 
     def _timed(self, point: str, name: str, t0: float) -> None:
         if self.sampled:
@@ -319,12 +451,31 @@ class Profile:
         self, cs: CycleState, pod: Pod, info: NodeInfo, filters: list[Any], spent: list[float]
     ) -> Verdict:
         """The node-local Filter chain on one node, then (when it passes) the remembered
-        Score plugins."""
-        for f in filters:
-            st = f.filter(cs, pod, info)
-            if not st.ok:
-                return (f"{f.NAME}: {st.reason}", ())
+        Score plugins. A node where pods are nominated that this one must leave room for is
+        filtered once more with them on it (kube-scheduler's ``RunFilterPluginsWithNominatedPods``;
+        the node's version moves with its nominations, and the pod's priority is part of its
+        shape)."""
+        st = self._with_nominated(cs, pod, info, filters)
+        if not st.ok:
+            return (st.reason, ())
         return (None, self._scores(cs, pod, info, spent))
+
+    def _with_nominated(
+        self, cs: CycleState, pod: Pod, info: NodeInfo, filters: Sequence[Any]
+    ) -> Status:
+        """``filters`` on the node, then on the node with the pods nominated there that this
+        pod must leave room for, the plugins that count pods seeing them too."""
+        st = first_failure(cs, cs, pod, info, filters, extending=_NONE)
+        if not st.ok or self._state is None:
+            return st
+        held = nominated_for(self._state, pod, info)
+        if not held:
+            return st
+        view = with_nominated(self._state, pod, info)
+        assert view is not None
+        counting = [f for f in filters if f.NAME in self._extending]
+        moved = extended(cs, pod, counting, [(p, info.node, 1) for p, _ in held])
+        return first_failure(cs, moved, pod, view, filters, extending=self._extending)
 
     def _verdict(
         self, cs: CycleState, pod: Pod, info: NodeInfo, walk: Walk, spent: list[float]
@@ -364,15 +515,11 @@ class Profile:
         for i in range(len(infos)):
             info = infos[(start + i) % len(infos)]
             seen += 1
-            crossed = None
-            for f in walk.cross:
-                st = f.filter(cs, pod, info)
+            if walk.cross:
+                st = self._with_nominated(cs, pod, info, walk.cross)
                 if not st.ok:
-                    crossed = f"{f.NAME}: {st.reason}"
-                    break
-            if crossed is not None:
-                deferred.append((info, crossed))
-                continue
+                    deferred.append((info, st.reason))
+                    continue
             reason, scores = self._verdict(cs, pod, info, walk, spent)
             if reason is not None:
                 walk.reasons[info.node.name] = reason
@@ -394,8 +541,41 @@ class Profile:
             for k in self._remembered:  # the cross-node ones are timed where they run
                 self.observe("Score", self.score[k][0].NAME, spent[k])
 
+    def pre_filter_all(self, cs: CycleState, pod: Pod) -> Status | PreFiltered:
+        """PreFilter: its first failure (reason ``"<plugin>: <why>"``), else what the cycle's
+        Filter runs with (the plugins whose PreFilter said Skip left out, the nodes its
+        PreFilter results allow)."""
+        skipped: set[str] = set()
+        allowed: frozenset[str] | None = None
+        narrowed: list[str] = []
+        for p in self.pre_filter:
+            t0 = time.perf_counter()
+            st = p.pre_filter(cs, pod)
+            self._timed("PreFilter", p.NAME, t0)
+            if not st.ok:
+                return Status(False, f"{p.NAME}: {st.reason}", st.unresolvable)
+            if st.skip:
+                skipped.add(p.NAME)
+            if st.nodes is not None:
+                allowed = st.nodes if allowed is None else allowed & st.nodes
+                narrowed.append(p.NAME)
+        active = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
+        return PreFiltered(active, allowed, narrowed)
+
+    def filtering(self, cs: CycleState, pod: Pod, state: ClusterState) -> Filtering | Status:
+        """The pod's Filter chain after its PreFilter (for dry runs: a gang's preemption), or the
+        PreFilter failure."""
+        pre = self.pre_filter_all(cs, pod)
+        return pre if isinstance(pre, Status) else Filtering(cs, pod, pre, state)
+
     def find_node(
-        self, cs: CycleState, pod: Pod, state: ClusterState, names: list[str] | None = None
+        self,
+        cs: CycleState,
+        pod: Pod,
+        state: ClusterState,
+        names: list[str] | None = None,
+        *,
+        post_filter: bool = True,
     ) -> Result:
         """PreFilter → Filter → (PostFilter) → PreScore → Score/Normalize: the best node.
 
@@ -413,23 +593,13 @@ class Profile:
         """
         self._cycles += 1
         self.sampled = (self._cycles - 1) % self.sample_every == 0  # first cycle sampled
-        skipped: set[str] = set()
-        allowed: frozenset[str] | None = None
-        narrowed: list[str] = []
-        for p in self.pre_filter:
-            t0 = time.perf_counter()
-            st = p.pre_filter(cs, pod)
-            self._timed("PreFilter", p.NAME, t0)
-            if not st.ok:
-                return Result(None, {"*": f"{p.NAME}: {st.reason}"}, st.unresolvable)
-            if st.skip:
-                skipped.add(p.NAME)
-            if st.nodes is not None:
-                allowed = st.nodes if allowed is None else allowed & st.nodes
-                narrowed.append(p.NAME)
-        active = [f for f in self.filter if f.NAME not in skipped] if skipped else self.filter
-        filters = [f for f in active if f.NAME not in self._cross]
-        cross = [f for f in active if f.NAME in self._cross]
+        pre = self.pre_filter_all(cs, pod)
+        if isinstance(pre, Status):
+            return Result(None, {"*": pre.reason}, pre.unresolvable)
+        self._state = state if state.nominated else None
+        allowed, narrowed = pre.allowed, pre.narrowed
+        filters = [f for f in pre.active if f.NAME not in self._cross]
+        cross = [f for f in pre.active if f.NAME in self._cross]
         key = shape(pod)
         if len(self._shapes) > 10_000:  # many distinct shapes: start over rather than grow
             self._shapes.clear()
@@ -448,9 +618,16 @@ class Profile:
                 if n not in allowed:
                     walk.reasons.setdefault(n, why)
         if not feasible:
-            for pf in self.post_filter:
-                pf.post_filter(cs, pod, walk.reasons)
-            return Result(None, walk.reasons)
+            said = []
+            if post_filter:
+                filtering = Filtering(cs, pod, pre, state)
+                for pf in self.post_filter:
+                    t0 = time.perf_counter()
+                    st = pf.post_filter(cs, pod, walk.reasons, filtering)
+                    self._timed("PostFilter", pf.NAME, t0)
+                    if st.reason:
+                        said.append(st.reason)
+            return Result(None, walk.reasons, post_filter=" ".join(said))
         best = feasible[0].node.name
         if len(feasible) > 1 and self.score:
             best = self._best(cs, pod, walk)

@@ -19,6 +19,7 @@ from kubernetes_asyncio import client, config
 from .errors import PermanentError, TemporaryError
 from .leader import LeaseConflict, LeaseError
 from .model import Pod
+from .objects import PREEMPTED_REASON
 from .ratelimit import TokenBucket
 from .settings import Settings
 
@@ -42,9 +43,11 @@ PATHS = {
     "csinodes": "/apis/storage.k8s.io/v1/csinodes",
     "csidrivers": "/apis/storage.k8s.io/v1/csidrivers",
     "csistoragecapacities": "/apis/storage.k8s.io/v1/csistoragecapacities",
+    "poddisruptionbudgets": "/apis/policy/v1/poddisruptionbudgets",
 }
 _CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 _MERGE = "application/merge-patch+json"
+_STRATEGIC = "application/strategic-merge-patch+json"
 
 
 class Gone(TemporaryError):
@@ -234,6 +237,40 @@ class Kube:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         await self._call("PATCH", path, f"patch pod {pod.key}'s status", patch, content_type=_MERGE)
 
+    # -- preemption (scheduler.Evictor)
+    async def nominate(self, pod: Pod, node: str | None) -> None:
+        """Set (None: clear) ``status.nominatedNodeName``, as kube-scheduler's nominator does."""
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        body = {"status": {"nominatedNodeName": node}}
+        await self._call("PATCH", path, f"nominate pod {pod.key}", body, content_type=_MERGE)
+
+    async def preempt(self, victim: Pod, by: Pod) -> None:
+        """kube-scheduler's ``PreemptPod``: the DisruptionTarget condition (a strategic merge
+        keyed by condition type: the others stay), then a graceful delete of exactly this pod
+        (its uid as precondition). A victim already gone is fine."""
+        base = f"/api/v1/namespaces/{victim.namespace}/pods/{victim.name}"
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": PREEMPTED_REASON,
+            "message": f"{by.scheduler_name}: preempting to accommodate a higher priority pod",
+            "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        delete = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": victim.uid}}
+        try:
+            await self._call(
+                "PATCH",
+                f"{base}/status",
+                f"mark pod {victim.key} preempted",
+                {"status": {"conditions": [condition]}},
+                content_type=_STRATEGIC,
+            )
+            await self._call("DELETE", base, f"delete preempted pod {victim.key}", delete)
+        except PermanentError as e:
+            if "answered 404" not in str(e) and "answered 409" not in str(e):
+                raise
+            # gone already, or a new pod of that name (the uid precondition failed)
+
     async def delete_claim(self, namespace: str, name: str) -> None:
         """Delete a claim this cycle made; one already gone is fine, a failure only logged (the
         pod owns it: the garbage collector removes it with the pod)."""
@@ -270,7 +307,8 @@ class Kube:
             "type": kind,
             "reason": reason,
             "note": message[:1024],
-            "action": "Scheduling",
+            # kube-scheduler's action of a Preempted Event regarding the victim
+            "action": "Preempting" if reason == "Preempted" else "Scheduling",
             "reportingController": "lj-runtimekit-scheduler",
             "reportingInstance": self.identity or "lj-runtimekit-scheduler",
             "regarding": {

@@ -39,6 +39,18 @@ class Metrics:
         self._leader = Gauge(
             "lj_scheduler_leader", "1 while this replica holds the Lease.", registry=self.registry
         )
+        self._preemptions = Counter(
+            "lj_scheduler_preemption_attempts_total",
+            "Preemptions carried out (a pod or gang nominated, its victims evicted), as "
+            "kube-scheduler's scheduler_preemption_attempts_total.",
+            registry=self.registry,
+        )
+        self._victims = Histogram(
+            "lj_scheduler_preemption_victims",
+            "Pods evicted per preemption (kube-scheduler's scheduler_preemption_victims).",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=self.registry,
+        )
         self._overdue = Gauge(
             "lj_scheduler_gangs_overdue",
             "Gangs still incomplete past gang_timeout (each got one GangIncomplete warning).",
@@ -63,3 +75,7 @@ class Metrics:
 
     def gangs_overdue(self, count: int) -> None:
         self._overdue.set(count)
+
+    def preempted(self, victims: int) -> None:
+        self._preemptions.inc()
+        self._victims.observe(victims)

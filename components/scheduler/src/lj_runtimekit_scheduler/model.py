@@ -175,6 +175,15 @@ class Pod:
     """Features of the spec this scheduler does not honour (named in FailedScheduling)."""
     created: str = ""
     deleting: bool = False
+    preemption_policy: str = "PreemptLowerPriority"
+    """``spec.preemptionPolicy``: ``Never`` waits for room, evicting no lower-priority pod."""
+    nominated_node: str = ""
+    """``status.nominatedNodeName``: the node a preemption is freeing for the pod."""
+    started: str = ""
+    """``status.startTime`` (RFC 3339, empty before the kubelet starts it): of two victims of
+    one priority, the one started earlier is more important (kube-scheduler's order)."""
+    preempted: bool = False
+    """Its ``DisruptionTarget`` condition says a scheduler preempts it (PreemptionByScheduler)."""
     affinity: PodAffinity = NO_AFFINITY
     """Inter-pod affinity and anti-affinity (plugins/inter_pod_affinity.py)."""
     spread: tuple[SpreadConstraint, ...] = ()

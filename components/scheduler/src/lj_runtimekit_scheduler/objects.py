@@ -24,6 +24,8 @@ from .model import (
 )
 
 Json = dict[str, Any]
+PREEMPTED_REASON = "PreemptionByScheduler"
+"""The reason of the ``DisruptionTarget`` condition a scheduler sets on the pods it preempts."""
 
 
 def resources(raw: Json | None) -> Resources:
@@ -190,6 +192,16 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
         unsupported=_unsupported(spec),
         created=meta.get("creationTimestamp", ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        preemption_policy=spec.get("preemptionPolicy") or "PreemptLowerPriority",
+        nominated_node=status.get("nominatedNodeName") or "",
+        started=str(status.get("startTime") or ""),
+        preempted=any(
+            isinstance(c, dict)
+            and c.get("type") == "DisruptionTarget"
+            and c.get("status") == "True"
+            and c.get("reason") == PREEMPTED_REASON
+            for c in status.get("conditions") or ()
+        ),
         affinity=terms.pod_affinity(spec.get("affinity"), meta.get("namespace", "default")),
         spread=terms.spread(spec.get("topologySpreadConstraints"), pod_labels),
         controller=terms.controller(meta),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .gang import GangId, gang_of
 from .model import Pod
@@ -68,7 +68,8 @@ class SchedulingQueue:
             self._in_heap.add(uid)
 
     def add(self, pod: Pod, now: float) -> None:
-        """A new or changed pending pod; a change makes a parked pod eligible at once."""
+        """A new or changed pending pod; a change makes a parked pod eligible at once (but its
+        ``nominatedNodeName``, which the scheduler itself writes)."""
         e = self._entries.get(pod.uid)
         if e is None:
             self._entries[pod.uid] = _Entry(pod)
@@ -78,8 +79,10 @@ class SchedulingQueue:
         if e.pod.annotations != pod.annotations or e.pod.labels != pod.labels:
             self._leave(e.pod)
             self._join(pod)
+        # its nomination written back (a status change) is no reason to try it again now
+        moved = replace(e.pod, nominated_node=pod.nominated_node) != pod
         e.pod = pod
-        if e.parked_at is not None:
+        if e.parked_at is not None and moved:
             e.ready_at = now
             e.parked_at = None
             self._next = now

@@ -7,21 +7,22 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
-from . import gang
+from . import gang, preemption
 from .framework import Binder, CycleState, Profile, Result, fail
 from .gpu import Choice
 from .metrics import Metrics
 from .model import POD_GROUP_SIZE_ANNOTATION, Pod
-from .plugins import allocate_handshake
+from .plugins import allocate_handshake, default_preemption
+from .preempting import Evictor, Preempting
 from .queue import SchedulingQueue
 from .settings import Settings
-from .state import ClusterState
+from .state import ClusterState, Nomination
 
 log = structlog.get_logger("lj_runtimekit_scheduler.scheduler")
 
@@ -34,13 +35,15 @@ class Recorder(Protocol):
 
 
 def summary(result: Result, nodes: int) -> str:
-    """kube-scheduler's shape: ``0/3 nodes are available: 2 Insufficient cpu, 1 ...``."""
+    """kube-scheduler's shape: ``0/3 nodes are available: 2 Insufficient cpu, 1 ...``, then
+    what PostFilter said (``preemption: ...``)."""
     if "*" in result.reasons:
         return result.reasons["*"]
     counts = Counter(result.reasons.values())
     parts = [f"{n} {r}" for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:8]]
     more = "" if len(counts) <= 8 else f", and {len(counts) - 8} other reasons"
-    return f"0/{nodes} nodes are available: " + ", ".join(parts) + more + "."
+    out = f"0/{nodes} nodes are available: " + ", ".join(parts) + more + "."
+    return f"{out} {result.post_filter}" if result.post_filter else out
 
 
 class Scheduler:
@@ -54,10 +57,27 @@ class Scheduler:
         binder: Binder,
         recorder: Recorder,
         metrics: Metrics,
+        evictor: Evictor | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings, self.state, self.queue, self.profile = settings, state, queue, profile
         self.binder, self.recorder, self.metrics, self.clock = binder, recorder, metrics, clock
+        self.preempting = Preempting(
+            state,
+            queue=queue,
+            recorder=recorder,
+            metrics=metrics,
+            evictor=evictor,
+            spawn=self._spawn,
+            poke=self.poke,
+            clock=self._now,
+        )
+        """Carries out preemptions (with no ``evictor``: DefaultPreemption decides, nothing is
+        done)."""
+        self.preemption = next(
+            (p for p in profile.post_filter if isinstance(p, default_preemption.DefaultPreemption)),
+            None,
+        )
         self.wakeup = asyncio.Event()
         self.binding: set[asyncio.Task[None]] = set()
         self.gang_waiting: dict[str, float | None] = {}
@@ -68,6 +88,9 @@ class Scheduler:
         self._moved = asyncio.Event()
         """Set (and replaced) on every poke: binds waiting for a confirmation look again."""
         self.stopping = False
+
+    def _now(self) -> float:
+        return self.clock()  # read at each call: a test may replace the clock
 
     def poke(self) -> None:
         self.wakeup.set()
@@ -113,15 +136,27 @@ class Scheduler:
             self.recorder.event(pod, "Warning", "InvalidGangSize", why)
         t0 = time.perf_counter()
         cs = CycleState()
+        # its own nomination is lifted for the cycle: a pod does not leave room for itself
+        lifted = self.state.unnominate(pod.uid)
+        if lifted is not None:
+            cs.write(default_preemption.NOMINATED, lifted.node)
         placed = self._try(cs, pod, None)
         if isinstance(placed, Result):
+            outcome = cs.read(default_preemption.OUTCOME)
+            if outcome is not None and outcome.candidate and self.preempting.evictor:
+                c = outcome.candidate
+                self.preempting.carry_out([(pod, c.node, c.choice)], c.victims.pods)
+            else:
+                self.preempting.keep_or_clear([pod], {pod.uid: lifted} if lifted else {}, outcome)
             self._unschedulable(pod, placed)
         else:
             self._bind_later([(pod, placed, cs)], t0)
 
-    def _try(self, cs: CycleState, pod: Pod, names: list[str] | None) -> str | Result:
+    def _try(
+        self, cs: CycleState, pod: Pod, names: list[str] | None, post_filter: bool = True
+    ) -> str | Result:
         """Find a node and reserve it (assumed in the state), or the failing result."""
-        result = self.profile.find_node(cs, pod, self.state, names)
+        result = self.profile.find_node(cs, pod, self.state, names, post_filter=post_filter)
         if result.node is None:
             return result
         st = self.profile.reserve_all(cs, pod, result.node)
@@ -162,6 +197,7 @@ class Scheduler:
             return
         if self.gang_waiting.pop(gid.key, 0.0) is None:
             self._count_overdue()
+        lifted = {p.uid: x for p in members if (x := self.state.unnominate(p.uid)) is not None}
         t0 = time.perf_counter()
         labels = {n: i.node.label_map() for n, i in self.state.nodes.items()}
         need: dict[str, int] = {}
@@ -175,17 +211,14 @@ class Scheduler:
         for n, room in free.items():
             if self.state.dra.serves(n):  # no advertised devices there: GpuFit checks each
                 room.update(dict.fromkeys(self.state.names.all, _UNBOUNDED))
-        candidates = [
-            names
-            for names in gang.domains(labels, self.settings.topology_labels, gid.topology, held)
-            if gang.may_hold(need, [free[n] for n in names])
-        ]
+        every = gang.domains(labels, self.settings.topology_labels, gid.topology, held)
+        candidates = [names for names in every if gang.may_hold(need, [free[n] for n in names])]
         states: dict[str, CycleState] = {}
         last: list[Result] = []
 
         def place(p: Pod, names: list[str]) -> str | None:
             cs = states[p.uid] = CycleState()
-            out = self._try(cs, p, names)
+            out = self._try(cs, p, names, post_filter=False)  # a gang preempts as a whole
             if isinstance(out, Result):
                 last[:] = [out]
                 return None
@@ -206,10 +239,41 @@ class Scheduler:
             else:
                 why = "no nodes"
             msg = f"gang {gid.key} of {len(members)} does not fit in any one domain: {why}"
+            if said := self._preempt_gang(members, every, held, lifted):
+                msg = f"{msg} preemption: {said}"
             for p in members:
                 self._unschedulable(p, Result(None, {}), msg)
             return
         self._bind_later([(p, placement[p.uid], states[p.uid]) for p in members], t0)
+
+    # -- preemption (plugins/default_preemption.py decides, preempting.py carries it out)
+    def _preempt_gang(
+        self,
+        members: list[Pod],
+        domains: list[list[str]],
+        held: list[str],
+        lifted: dict[str, Nomination],
+    ) -> str:
+        """A gang that fits nowhere preempts as a whole, or not at all; what FailedScheduling
+        adds (empty: it preempted, or preemption is off)."""
+        if self.preemption is None or self.preempting.evictor is None or held:
+            self.preempting.keep_or_clear(members, lifted, None)
+            return ""
+        found, why = self.preemption.preempt_gang(
+            members, domains, self.profile, {u: n.node for u, n in lifted.items()}
+        )
+        if found is not None:
+            self.preempting.carry_out(list(found.placements), found.victims.pods)
+            return ""
+        ineligible = why in (preemption.NEVER, preemption.TERMINATING)
+        outcome = None if ineligible else default_preemption.Outcome(None)
+        self.preempting.keep_or_clear(members, lifted, outcome)
+        return why
+
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self.binding.add(task)
+        task.add_done_callback(self.binding.discard)
 
     def _agreed_size(self, gid: gang.GangId, queued: list[Pod], bound: list[Pod]) -> int:
         """The gang's size by :data:`gang.SIZE_RULE`; when its members disagree, each of them
@@ -260,11 +324,7 @@ class Scheduler:
             confirming = {n for n in self.state.confirming if not self.state.dra.serves(n)}
             after = allocate_handshake.bind_after(placed, confirming)
         for (pod, node, cs), wait_for in zip(items, after, strict=True):
-            task = asyncio.create_task(
-                self._bind(pod, node, cs, t0, wait_for), name=f"bind-{pod.key}"
-            )
-            self.binding.add(task)
-            task.add_done_callback(self.binding.discard)
+            self._spawn(f"bind-{pod.key}", self._bind(pod, node, cs, t0, wait_for))
 
     async def _confirmed(self, uids: Sequence[str]) -> str | None:
         """Wait until none of ``uids`` is pending on its node (confirmed by the device plugin,

@@ -83,6 +83,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("AllocateHandshake", 0),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
+    ("DefaultPreemption", 0),
     ("GpuTopology", 1),
     ("DefaultBinder", 0),
 )

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import assignment, dra
+from .budgets import Budget
 from .gang import GangId, gang_of
 from .gpu import Choice, apply
 from .model import (
@@ -65,6 +66,18 @@ class Edited:
         )
 
 
+@dataclass(frozen=True)
+class Nomination:
+    """A pod a preemption is freeing room for on ``node`` (its ``status.nominatedNodeName``):
+    pods of its priority or lower do not take that room meanwhile (kube-scheduler's nominator)."""
+
+    pod: Pod
+    node: str
+    choice: Choice | None
+    """The devices it gets there once its victims are gone (None: not known, e.g. read back
+    from the pod's status after a restart; its requests are still held)."""
+
+
 REBUILT = "the sizes the pod requests, on the devices the device plugin reports it allocated"
 """Where a pod's devices come from when its decision is not believed at first sight."""
 REBUILT_UNREPORTED = (
@@ -101,6 +114,14 @@ class NodeInfo:
     """uid → the pods on this node whose allocation is not confirmed yet."""
     version: int = 0
     """Bumped whenever what the node holds or its devices change (plugins key caches on it)."""
+    guests: dict[str, Pod] = field(default_factory=dict)
+    """uid → the pods of :attr:`pods` that only a what-if copy holds (``whatif.py``: pods
+    nominated there, or placed by a dry run), which :attr:`ClusterState.pods` does not."""
+
+    def pod(self, uid: str, state: ClusterState) -> Pod | None:
+        """The pod ``uid`` of :attr:`pods`, a guest of a what-if copy included."""
+        held = state.pods.get(uid)
+        return held[0] if held is not None else self.guests.get(uid)
 
 
 class ClusterState:
@@ -131,6 +152,14 @@ class ClusterState:
         """uid → the edited annotation value already reported (one Event per edit)."""
         self.generation = 0
         """Bumped on every change; the queue requeues unschedulable pods when it moves."""
+        self.nominated: dict[str, Nomination] = {}
+        """uid → the nomination of a pending pod (preemption, ``plugins/default_preemption.py``)."""
+        self.nominated_on: dict[str, dict[str, Nomination]] = {}
+        """node → uid → the nominations on it."""
+        self.evicting: set[str] = set()
+        """Victims whose preemption this scheduler asked for, until they leave the state."""
+        self.budgets: dict[str, Budget] = {}
+        """PodDisruptionBudgets by uid."""
         self.placed = PlacedPods()
         """The pods of :attr:`pods` indexed for the cross-node plugins (InterPodAffinity,
         PodTopologySpread)."""
@@ -208,6 +237,35 @@ class ClusterState:
 
         return dra.merge(info.device_use, self.dra.use(info.node.name, counted))
 
+    # -- preemption
+    def nominate(self, pod: Pod, node: str, choice: Choice | None) -> None:
+        """Hold room on ``node`` for ``pod`` (replacing any nomination it had)."""
+        self.unnominate(pod.uid)
+        n = self.nominated[pod.uid] = Nomination(pod, node, choice)
+        self.nominated_on.setdefault(node, {})[pod.uid] = n
+        self._touch(node)
+
+    def unnominate(self, uid: str) -> Nomination | None:
+        """End ``uid``'s nomination; returns it (None: it had none)."""
+        n = self.nominated.pop(uid, None)
+        if n is None:
+            return None
+        on = self.nominated_on.get(n.node, {})
+        on.pop(uid, None)
+        if not on:
+            self.nominated_on.pop(n.node, None)
+        self._touch(n.node)
+        return n
+
+    def _touch(self, node: str) -> None:
+        if node in self.nodes:
+            self.nodes[node].version += 1
+        self.generation += 1
+
+    def terminating_by_preemption(self, pod: Pod) -> bool:
+        """Being deleted because a scheduler preempted it (or this one asked to)."""
+        return pod.uid in self.evicting or (pod.deleting and pod.preempted)
+
     # -- pods
     def _hold(self, info: NodeInfo, pod: Pod, choice: Choice | None, sign: int) -> None:
         info.version += 1
@@ -259,6 +317,7 @@ class ClusterState:
             self.assumed.pop(uid, None)
             self.written.pop(uid, None)
             self.edit_seen.pop(uid, None)
+            self.evicting.discard(uid)
         if held is None:
             return
         pod, node, choice = held

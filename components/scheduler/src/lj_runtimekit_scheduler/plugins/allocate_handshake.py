@@ -96,9 +96,12 @@ class AllocateHandshake:
         if found is None:
             return OK
         other, (kind, n) = found
+        # unresolvable for preemption: the confirmation comes within seconds, evicting the pod
+        # it waits for would only lose that pod
         return fail(
             f"waiting for the device plugin on {info.node.name} to confirm pod {other.pod}'s "
-            f"devices (same request {self.names.of(kind)}={n})"
+            f"devices (same request {self.names.of(kind)}={n})",
+            unresolvable=True,
         )
 
 

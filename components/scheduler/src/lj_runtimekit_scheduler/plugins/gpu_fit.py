@@ -70,11 +70,13 @@ class GpuFit:
         if not pod.wants_devices:
             return OK
         if info.node.label_map().get(self.feature_label) != "true":
-            return fail(f"node is not labelled {self.feature_label}=true")
+            return fail(f"node is not labelled {self.feature_label}=true", unresolvable=True)
         if not info.devices:
-            return fail("node has no NodeDevices inventory yet")
+            return fail("node has no NodeDevices inventory yet", unresolvable=True)
         key = (info.node.name, info.version, pod.devices)
-        hit = self._cache.get(key)
+        # a what-if copy (preemption's dry runs, nominated pods held) has a version of its own,
+        # never seen again: not worth a cache entry
+        hit = self._cache.get(key) if info.version >= 0 else None
         if hit is None:
             if len(self._cache) > 200_000:
                 self._cache.clear()
@@ -85,7 +87,8 @@ class GpuFit:
                 hit = (choice, "", gpu.score(info.devices, after, self.strategy))
             except gpu.NoFit as e:
                 hit = (None, str(e), 0)
-            self._cache[key] = hit
+            if info.version >= 0:
+                self._cache[key] = hit
         if hit[0] is None:
             return fail(hit[1])
         cs.setdefault(CHOSEN_DEVICES, {})[info.node.name] = hit[0]

@@ -15,10 +15,10 @@ term's ``matchLabelKeys``/``mismatchLabelKeys`` were merged into its selector by
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..framework import OK, SKIP, CycleState, Slot, Status, fail
+from ..framework import OK, SKIP, CycleState, PodChange, Slot, Status, fail
 from ..labels import NOTHING
 from ..model import Pod
 from ..placed import PREFERRED, PREFERRED_ANTI, REQUIRED, REQUIRED_ANTI, Condition, NodeCounts
@@ -155,6 +155,54 @@ def filter_state(cluster: Cluster, pod: Pod) -> FilterState:
     return fs
 
 
+def _bump(counts: dict[Pair, int], labels: Mapping[str, str], key: str, by: int) -> None:
+    """kube-scheduler's ``topologyToMatchedTermCount.update``: an entry down to 0 goes."""
+    value = labels.get(key)
+    if value is None:
+        return
+    n = counts.get((key, value), 0) + by
+    if n:
+        counts[(key, value)] = n
+    else:
+        counts.pop((key, value), None)
+
+
+def moved(
+    fs: FilterState, pod: Pod, changes: Sequence[PodChange], ns_labels: Mapping[str, str] | None
+) -> FilterState:
+    """``fs`` after pods were put on or taken off nodes (kube-scheduler's ``AddPod`` and
+    ``RemovePod``, ``updateWithPod``): each one counts, as PreFilter counted the placed pods,
+    for the pod's required affinity (when it matches all its terms), for each required
+    anti-affinity term it matches, and for each of its own required anti-affinity terms that
+    matches the pod. ``fs`` is not changed."""
+    out = FilterState(
+        fs.required,
+        fs.required_anti,
+        fs.self_match,
+        dict(fs.affinity),
+        dict(fs.anti),
+        dict(fs.existing),
+    )
+    pod_labels = pod.label_map()
+    together = tuple(condition(t) for t in fs.required)
+    apart = [(t, condition(t)) for t in fs.required_anti]
+    for other, node, by in changes:
+        if other.uid == pod.uid:
+            continue
+        labels = node.label_map()
+        if together and all(c.holds(other) for c in together):
+            for t in fs.required:
+                _bump(out.affinity, labels, t.topology_key, by)
+        for t, c in apart:
+            if c.holds(other):
+                _bump(out.anti, labels, t.topology_key, by)
+        for term in other.affinity.required_anti:
+            if term.matches(pod.namespace, pod_labels, ns_labels):
+                _bump(out.existing, labels, term.topology_key, by)
+    out.finish()
+    return out
+
+
 _AFFINITY = fail(AFFINITY_MISMATCH, unresolvable=True)
 _ANTI = fail(ANTI_AFFINITY_MISMATCH)
 _EXISTING = fail(EXISTING_ANTI_AFFINITY)
@@ -258,6 +306,11 @@ class InterPodAffinity:
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
         fs = cs.read(_FILTER)
         return OK if fs is None else fits(fs, info.node.label_map())
+
+    def update_with_pods(self, cs: CycleState, pod: Pod, changes: Sequence[PodChange]) -> None:
+        fs = cs.read(_FILTER)
+        if fs is not None:
+            cs.write(_FILTER, moved(fs, pod, changes, self.cluster.ns_labels(pod.namespace)))
 
     def pre_score(self, cs: CycleState, pod: Pod, nodes: list[NodeInfo]) -> Status:
         scores = topology_score(self.cluster, pod, self.args)

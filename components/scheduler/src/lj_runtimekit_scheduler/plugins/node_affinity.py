@@ -9,7 +9,7 @@ from ..model import Node, Pod, Requirement, Term
 from ..state import NodeInfo
 
 NAME = "NodeAffinity"
-MISMATCH = fail("node(s) didn't match Pod's node affinity/selector")
+MISMATCH = fail("node(s) didn't match Pod's node affinity/selector", unresolvable=True)
 
 
 def _holds(r: Requirement, node: Node, labels: Mapping[str, str]) -> bool:

@@ -7,7 +7,8 @@ from ..model import Pod
 from ..state import NodeInfo
 
 NAME = "NodeName"
-MISMATCH = fail("node(s) didn't match the requested node name")
+MISMATCH = fail("node(s) didn't match the requested node name", unresolvable=True)
+"""No preemption makes another node this one (kube-scheduler: UnschedulableAndUnresolvable)."""
 
 
 def fits(pod: Pod, node: str) -> bool:

@@ -19,7 +19,7 @@ class NodeReady:
     NAME = NAME
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
-        return OK if fits(pod, info.node) else fail("node(s) were not ready")
+        return OK if fits(pod, info.node) else fail("node(s) were not ready", unresolvable=True)
 
 
 def new() -> NodeReady:

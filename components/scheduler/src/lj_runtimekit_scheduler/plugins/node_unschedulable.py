@@ -18,7 +18,7 @@ class NodeUnschedulable:
     NAME = NAME
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
-        return OK if fits(pod, info.node) else fail("node(s) were unschedulable")
+        return OK if fits(pod, info.node) else fail("node(s) were unschedulable", unresolvable=True)
 
 
 def new() -> NodeUnschedulable:

@@ -113,15 +113,16 @@ class NodeVolumeLimits:
         if not limit:
             return OK
         attached: dict[str, str] = {}
-        for other in self._pods(info.pods):
+        for other in self._pods(info):
             attached.update(csi_volumes(other, self.storage, self.prefix, new=False))
         return fail(EXCEEDED) if exceeds(new, attached, limit) else OK
 
-    def _pods(self, uids: Iterable[str]) -> Iterable[Pod]:
-        for uid in uids:
-            held = self.state.pods.get(uid)
-            if held is not None and held[0].claims:
-                yield held[0]
+    def _pods(self, info: NodeInfo) -> Iterable[Pod]:
+        """The pods on the node with claims (a what-if copy's guests included)."""
+        for uid in info.pods:
+            other = info.pod(uid, self.state)
+            if other is not None and other.claims:
+                yield other
 
 
 def new(state: ClusterState) -> NodeVolumeLimits:

@@ -16,10 +16,10 @@ lookup per constraint per node: ``matching in the node's domain + (1 if the pod 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..framework import OK, SKIP, CycleState, Slot, Status, fail
+from ..framework import OK, SKIP, CycleState, PodChange, Slot, Status, fail
 from ..labels import EVERYTHING
 from ..model import Node, Pod
 from ..placed import Condition, NodeCounts, Query
@@ -68,6 +68,8 @@ class FilterState:
     """Per constraint: value → matching pods on its eligible nodes (values with none left out)."""
     minimum: list[int]
     self_match: list[int]
+    domains: list[Domains] = field(default_factory=list)
+    """Per constraint: its domains (which nodes count, under which value)."""
     too_full: list[tuple[str, frozenset[str]]] = field(default_factory=list)
     """Per constraint: its key and the values whose domain is at its limit (``matching + self
     − minimum > maxSkew``): what Filter checks, one lookup per node."""
@@ -148,6 +150,34 @@ def minimum(counts: dict[str, int], dom: Domains, min_domains: int) -> int:
     if len(counts) < len(dom.values):  # a domain without any matching pod
         return 0
     return min(counts.values())
+
+
+def moved(fs: FilterState, pod: Pod, changes: Sequence[PodChange]) -> FilterState:
+    """``fs`` after pods were put on or taken off nodes (kube-scheduler's ``AddPod`` and
+    ``RemovePod``, ``updateWithPod``): one counts where PreFilter would have counted it — of
+    the pod's namespace, not being deleted, matching the constraint's selector, on one of its
+    domains — and the global minimum follows. ``fs`` is not changed."""
+    counts = [dict(c) for c in fs.counts]
+    for other, node, by in changes:
+        if other.uid == pod.uid or other.namespace != pod.namespace or other.deleting:
+            continue
+        labels = other.label_map()
+        for i, c in enumerate(fs.constraints):
+            value = fs.domains[i].value_of.get(node.name)
+            if value is None or c.selector.empty or not c.selector.matches(labels):
+                continue
+            n = counts[i].get(value, 0) + by
+            if n > 0:
+                counts[i][value] = n
+            else:
+                counts[i].pop(value, None)
+    low = [
+        minimum(n, dom, c.min_domains)
+        for c, n, dom in zip(fs.constraints, counts, fs.domains, strict=True)
+    ]
+    out = FilterState(fs.constraints, counts, low, fs.self_match, fs.domains)
+    out.finish()
+    return out
 
 
 _MISSING = fail(MISSING_LABEL, unresolvable=True)
@@ -236,7 +266,7 @@ class PodTopologySpread:
             return SKIP
         doms = self._domains_of(pod, cons, require_all=True)
         placed = self.state.placed
-        fs = FilterState(cons, [], [], [])
+        fs = FilterState(cons, [], [], [], doms)
         for c, dom in zip(cons, doms, strict=True):
             # an empty selector counts no pod (countPodsMatchSelector), yet matches the pod
             counts = {} if c.selector.empty else per_value(placed.per_node(query(pod, c)), dom)
@@ -250,6 +280,11 @@ class PodTopologySpread:
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
         fs = cs.read(_FILTER)
         return OK if fs is None else fits(fs, info.node.label_map())
+
+    def update_with_pods(self, cs: CycleState, pod: Pod, changes: Sequence[PodChange]) -> None:
+        fs = cs.read(_FILTER)
+        if fs is not None:
+            cs.write(_FILTER, moved(fs, pod, changes))
 
     def pre_score(self, cs: CycleState, pod: Pod, nodes: list[NodeInfo]) -> Status:
         cons = self.constraints(pod, hard=False)

@@ -15,6 +15,7 @@ from ..state import ClusterState
 from . import (
     allocate_handshake,
     default_binder,
+    default_preemption,
     dra_claims,
     gpu_fit,
     gpu_topology,
@@ -78,5 +79,6 @@ REGISTRY: Mapping[str, Factory] = {
         args.inter_pod_affinity, state
     ),
     gpu_topology.NAME: lambda args, state: gpu_topology.new(),
+    default_preemption.NAME: lambda args, state: default_preemption.new(state),
     default_binder.NAME: lambda args, state: default_binder.new(),
 }

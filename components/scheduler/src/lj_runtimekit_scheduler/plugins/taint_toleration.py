@@ -36,8 +36,8 @@ class TaintToleration:
         t = untolerated(pod, info.node)
         if t is None:
             return OK
-        # kube-scheduler's words (v1.37): the taint is not named
-        return fail(UNTOLERATED)
+        # kube-scheduler's words (v1.37): the taint is not named; no preemption removes it
+        return fail(UNTOLERATED, unresolvable=True)
 
     def score(self, cs: CycleState, pod: Pod, info: NodeInfo) -> int:
         return intolerable_preferences(pod, info.node)

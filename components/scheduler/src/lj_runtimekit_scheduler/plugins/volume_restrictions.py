@@ -10,7 +10,10 @@ same pool and image) only read-only ("node(s) had no available disk").
 
 from __future__ import annotations
 
-from ..framework import OK, SKIP, CycleState, Slot, Status, fail
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..framework import OK, SKIP, CycleState, PodChange, Slot, Status, fail
 from ..model import Disk, Pod
 from ..state import ClusterState, NodeInfo
 from ..storage import Storage
@@ -21,8 +24,26 @@ DISK_CONFLICT = "node(s) had no available disk"
 RWOP_CONFLICT = (
     "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
 )
-_IN_USE: Slot[int] = Slot("VolumeRestrictions/in-use")
-"""How many of the pod's ReadWriteOncePod claims placed pods already use."""
+
+
+@dataclass(frozen=True)
+class InUse:
+    """kube-scheduler's ``preFilterState`` of VolumeRestrictions."""
+
+    claims: frozenset[str]
+    """The pod's ReadWriteOncePod claims (names in its namespace)."""
+    refs: int
+    """How many volumes of placed pods use one of them (the pod fits nowhere while any does)."""
+
+
+_IN_USE: Slot[InUse] = Slot("VolumeRestrictions/in-use")
+
+
+def references(other: Pod, pod: Pod, claims: frozenset[str]) -> int:
+    """How many of ``other``'s volumes use one of ``pod``'s ReadWriteOncePod ``claims``."""
+    if other.uid == pod.uid or other.namespace != pod.namespace:
+        return 0
+    return sum(1 for v in other.volumes if v.claim in claims and not v.ephemeral)
 
 
 def disks_conflict(a: Disk, b: Disk) -> bool:
@@ -62,37 +83,42 @@ class VolumeRestrictions:
         if not pod.claims and not disks:
             return SKIP
         try:
-            rwop = rwop_claims(pod, self.state.storage)
+            rwop = frozenset(rwop_claims(pod, self.state.storage))
         except KeyError as e:
             return fail(str(e.args[0]), unresolvable=True)
-        in_use = self._in_use(pod, rwop) if rwop else 0
-        if not disks and not in_use:
+        refs = self._in_use(pod, rwop) if rwop else 0
+        if not disks and not refs:
             return SKIP
-        cs.write(_IN_USE, in_use)
+        cs.write(_IN_USE, InUse(rwop, refs))
         return OK
 
-    def _in_use(self, pod: Pod, rwop: set[str]) -> int:
-        """IsPVCUsedByPods over the placed pods: how many of ``rwop`` one of them uses."""
-        used: set[str] = set()
-        for other, _, _ in self.state.pods.values():
-            if other.namespace != pod.namespace or other.uid == pod.uid:
-                continue
-            for v in other.volumes:
-                if v.claim in rwop and not v.ephemeral:
-                    used.add(v.claim)
-        return len(used)
+    def _in_use(self, pod: Pod, rwop: frozenset[str]) -> int:
+        """IsPVCUsedByPods over the placed pods: how many of their volumes use one of
+        ``rwop`` (counted per volume, so that taking one of them off counts it off)."""
+        return sum(references(other, pod, rwop) for other, _, _ in self.state.pods.values())
+
+    def update_with_pods(self, cs: CycleState, pod: Pod, changes: Sequence[PodChange]) -> None:
+        """kube-scheduler's ``AddPod``/``RemovePod``: a pod put on or taken off (a preemption's
+        victim) counts for or against the claims in use."""
+        held = cs.read(_IN_USE)
+        if held is None or not held.claims:
+            return
+        by = sum(d * references(other, pod, held.claims) for other, _, d in changes)
+        if by:
+            cs.write(_IN_USE, InUse(held.claims, held.refs + by))
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
         mine = [v.disk for v in pod.volumes if v.disk is not None]
         if mine:
             for uid in info.pods:
-                held = self.state.pods.get(uid)
-                if held is None:
+                other = info.pod(uid, self.state)
+                if other is None:
                     continue
-                theirs = [v.disk for v in held[0].volumes if v.disk is not None]
+                theirs = [v.disk for v in other.volumes if v.disk is not None]
                 if any(disks_conflict(a, b) for a in mine for b in theirs):
                     return fail(DISK_CONFLICT)
-        if cs.read(_IN_USE):
+        held = cs.read(_IN_USE)
+        if held is not None and held.refs > 0:
             return fail(RWOP_CONFLICT)
         return OK
 
