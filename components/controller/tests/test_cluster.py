@@ -52,8 +52,13 @@ async def test_a_job_complete_without_an_agent_result_is_a_failure_and_is_kept(
     assert "retries exhausted" in st.retry
     [kept] = probe.jobs(node)
     assert any(c.type == "Complete" for c in kept.status.conditions), "kept for the operator"
+    # the Event follows the status write (Events are best effort): wait for it, then count
+    failed = await probe.poll(
+        lambda: len(probe.events(node, "ActionFailed")) >= 2 and probe.events(node, "ActionFailed"),
+        what="two ActionFailed Events",
+    )
+    assert len(failed) == 2
     assert not probe.events(node, "ActionSucceeded")
-    assert len(probe.events(node, "ActionFailed")) == 2
 
 
 async def test_the_agents_failure_reaches_annotation_and_event(

@@ -136,8 +136,17 @@ class Informers:
             self.synced[kind].set()
 
     def _relist(self, kind: str, items: Sequence[Json]) -> None:
-        """Before the list is replayed: drop from the state what it no longer holds."""
-        if kind == "pods":
+        """Before the list is replayed: drop from the state what it no longer holds (a delete
+        made while the watch was away is in no event: a 410 relist is the only news of it)."""
+        if kind == "nodes":
+            names = {m.get("name") for i in items if isinstance(m := i.get("metadata"), dict)}
+            for name in [n for n in self.state.nodes if n not in names]:
+                self.state.remove_node(name)
+        elif kind == "nodedevices":
+            listed = {_devices_node(i) for i in items}
+            for name in [n for n in self.state.devices if n not in listed]:
+                self.state.set_devices(name, ())
+        elif kind == "pods":
             seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.pods if u not in seen]:
                 self.state.remove_pod(uid)
@@ -285,3 +294,12 @@ class Informers:
 
 def tasks(inf: Informers) -> dict[str, Any]:
     return {f"informer-{k}": inf.run(k) for k in inf.informers}
+
+
+def _devices_node(raw: Json) -> str | None:
+    """The node a NodeDevices object speaks for (its ``spec.nodeName``, else its name)."""
+    spec, meta = raw.get("spec"), raw.get("metadata")
+    name = spec.get("nodeName") if isinstance(spec, dict) else None
+    if not name and isinstance(meta, dict):
+        name = meta.get("name")
+    return name if isinstance(name, str) else None
