@@ -19,6 +19,7 @@ from lj_runtimekit_scheduler.model import (
     ALLOCATION_ANNOTATION,
     ASSIGNMENT_ANNOTATION,
     Device,
+    Node,
     Pod,
 )
 from lj_runtimekit_scheduler.queue import SchedulingQueue
@@ -107,6 +108,7 @@ class Recorder:
 def new_leader() -> tuple[ClusterState, Informers, Recorder]:
     """A scheduler that has just started: it wrote none of the decisions it is about to see."""
     state = ClusterState()
+    state.set_node(Node("n1"))
     state.set_devices("n1", tuple(Device(f"gpu-{i}", "GPU", 80, True, 0, 0, i) for i in range(8)))
     rec = Recorder()
     feed = Informers(

@@ -24,6 +24,7 @@ from lj_runtimekit_scheduler.model import (
     POD_GROUP_SIZE_ANNOTATION,
     Device,
     DeviceRequest,
+    Node,
     Pod,
 )
 from lj_runtimekit_scheduler.queue import SchedulingQueue
@@ -212,6 +213,7 @@ def free_core(state: ClusterState, device: str = "gpu-0") -> int:
 
 def test_a_forged_negative_decision_on_a_users_own_pod_frees_nothing() -> None:
     state = ClusterState()
+    state.set_node(Node("n"))
     state.set_devices("n", eight())
     state.observe_pod(bound("theirs", forged(-100, -80)))
     state.add_pod(
@@ -231,6 +233,7 @@ def test_a_forged_negative_decision_on_a_users_own_pod_frees_nothing() -> None:
 
 def test_a_forged_whole_gpu_given_back_does_not_free_the_real_holders_gpu() -> None:
     state = ClusterState()
+    state.set_node(Node("n"))
     state.set_devices("n", eight())
     real = gpu.choose(eight()[:1], {}, [DeviceRequest("c", gpus=1)])
     state.add_pod(Pod("a", "ns", "a"), "n", real)
@@ -258,6 +261,7 @@ def test_any_forged_decisions_added_and_removed_never_overcommit_what_real_pods_
     ops: list[tuple[bool, str, int, int, bool]],
 ) -> None:
     state = ClusterState()
+    state.set_node(Node("n"))
     state.set_devices("n", eight())
     real = gpu.choose(eight(), {}, [DeviceRequest("c", core=60, memory_gib=40)])
     state.add_pod(Pod("real", "ns", "real"), "n", real)

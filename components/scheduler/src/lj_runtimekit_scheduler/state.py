@@ -134,6 +134,11 @@ class ClusterState:
         self.dra = dra.Ledger(driver)
         """Our driver's ResourceSlices and allocated claims (nodes in DRA mode)."""
         self.nodes: dict[str, NodeInfo] = {}
+        self.ghosts: dict[str, NodeInfo] = {}
+        """Node names pods are bound to that the apiserver has no Node for (yet, or any more):
+        what those pods hold, kept apart from :attr:`nodes` so that no plugin places onto them
+        and no refusal counts them (kube-scheduler's NodeInfo without a Node). A ghost becomes a
+        node when its Node arrives, and goes when its last pod does."""
         self.devices: dict[str, tuple[Device, ...]] = {}
         self.confirming: set[str] = set()
         """Nodes whose NodeDevices a device plugin keeps (it confirms allocations)."""
@@ -176,7 +181,10 @@ class ClusterState:
     # -- nodes and devices
     def set_node(self, node: Node) -> None:
         info = self.nodes.get(node.name)
-        if info is None:
+        if info is None and (info := self.ghosts.pop(node.name, None)) is not None:
+            self.nodes[node.name] = info  # its pods were seen first: they hold what they held
+            self.node_epoch += 1
+        elif info is None:
             info = self.nodes[node.name] = self._new_info(node)
             self.node_epoch += 1
         elif info.node.labels != node.labels or info.node.taints != node.taints:
@@ -186,7 +194,11 @@ class ClusterState:
         self.generation += 1
 
     def remove_node(self, name: str) -> None:
-        self.nodes.pop(name, None)
+        info = self.nodes.pop(name, None)
+        if info is not None and info.pods:
+            # its pods are not gone with it (a Node deleted and registered again by its kubelet
+            # keeps running them): what they hold waits for them or for the Node's return
+            self.ghosts[name] = info
         self.node_epoch += 1
         self.generation += 1
 
@@ -197,10 +209,10 @@ class ClusterState:
     def set_devices(self, node: str, devices: tuple[Device, ...], confirms: bool = False) -> None:
         self.devices[node] = devices
         (self.confirming.add if confirms else self.confirming.discard)(node)
-        if node in self.nodes:
-            self.nodes[node].devices = devices
-            self.nodes[node].confirms = confirms
-            self.nodes[node].version += 1
+        if (info := self.nodes.get(node) or self.ghosts.get(node)) is not None:
+            info.devices = devices
+            info.confirms = confirms
+            info.version += 1
         self.generation += 1
 
     def is_pending(self, uid: str) -> bool:
@@ -298,11 +310,11 @@ class ClusterState:
     def add_pod(self, pod: Pod, node: str, choice: Choice | None = None) -> None:
         """Count ``pod`` on ``node`` (replacing what it held before)."""
         self.remove_pod(pod.uid, keep_assumed=True)
-        info = self.nodes.get(node)
+        info = self.nodes.get(node) or self.ghosts.get(node)
         if info is None:
-            # a pod seen before its node (the watches run independently): a placeholder that
-            # already has the node's devices if those came first
-            info = self.nodes[node] = self._new_info(Node(node, ready=False))
+            # a pod seen before its node (the watches run independently) or after it was
+            # deleted: a ghost, which already has the node's devices if those came first
+            info = self.ghosts[node] = self._new_info(Node(node, ready=False))
         self._hold(info, pod, choice, +1)
         self.pods[pod.uid] = (pod, node, choice)
         self.placed.add(pod, node)
@@ -321,8 +333,10 @@ class ClusterState:
         if held is None:
             return
         pod, node, choice = held
-        if node in self.nodes:
-            self._hold(self.nodes[node], pod, choice, -1)
+        if (info := self.nodes.get(node) or self.ghosts.get(node)) is not None:
+            self._hold(info, pod, choice, -1)
+            if not info.pods and self.ghosts.get(node) is info:
+                del self.ghosts[node]
         if (gid := gang_of(pod)) is not None and (members := self.gangs.get(gid)) is not None:
             members.pop(uid, None)
             if not members:
