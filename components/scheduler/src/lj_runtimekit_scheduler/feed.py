@@ -1,6 +1,6 @@
 """The feed: nodes, NodeDevices and pods into the state and the queue, ResourceSlices and
 ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), PodDisruptionBudgets for
-preemption, one informer each.
+preemption, PodGroups (``scheduling.k8s.io/v1beta1``) for gangs, one informer each.
 
 Each kind is listed, then watched from the list's resourceVersion (``informer.py``); a closed
 stream is resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried
@@ -29,8 +29,16 @@ from .state import ClusterState
 
 log = structlog.get_logger("lj_runtimekit_scheduler.informer")
 
-KINDS = ("nodes", "nodedevices", "pods", "resourceslices", "resourceclaims", "poddisruptionbudgets")
-OPTIONAL = ("resourceslices", "resourceclaims", "poddisruptionbudgets")
+KINDS = (
+    "nodes",
+    "nodedevices",
+    "pods",
+    "resourceslices",
+    "resourceclaims",
+    "poddisruptionbudgets",
+    "podgroups",
+)
+OPTIONAL = ("resourceslices", "resourceclaims", "poddisruptionbudgets", "podgroups")
 """Kinds a cluster may not serve: the scheduler starts without them."""
 
 
@@ -72,6 +80,7 @@ class Informers:
             "resourceslices": self._slice,
             "resourceclaims": self._claim,
             "poddisruptionbudgets": self._budget,
+            "podgroups": self._pod_group,
         }
 
     @property
@@ -121,6 +130,14 @@ class Informers:
             seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.budgets if u not in seen]:
                 del self.state.budgets[uid]
+        elif kind == "podgroups":
+            keys = {
+                f"{m.get('namespace')}/{m.get('name')}"
+                for i in items
+                if isinstance(m := i.get("metadata"), dict)
+            }
+            for key in [k for k in self.state.pod_groups if k not in keys]:
+                del self.state.pod_groups[key]
 
     def _handle(self, kind: str, ev_type: str, obj: Json) -> None:
         try:
@@ -167,6 +184,18 @@ class Informers:
             self.state.budgets.pop(uid, None)
         else:
             self.state.budgets[uid] = budgets.budget(obj)
+
+    def _pod_group(self, ev_type: str, obj: Json) -> None:
+        meta = obj["metadata"]
+        key = f"{meta.get('namespace', 'default')}/{meta['name']}"
+        if ev_type == "DELETED":
+            self.state.pod_groups.pop(key, None)
+            return
+        group = objects.pod_group(obj)
+        before = self.state.pod_groups.get(key)
+        self.state.pod_groups[key] = group
+        if before is None or before.min_count != group.min_count:
+            self._changed()  # its pods waited for it, or for another minCount
 
     def _pod(self, ev_type: str, obj: Json) -> None:
         pod = objects.pod(obj, self.settings.resources)
