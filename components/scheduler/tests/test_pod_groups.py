@@ -257,3 +257,30 @@ async def test_annotation_gangs_are_untouched_by_pod_groups() -> None:
     await w.settle()
     assert w.bound == {}
     assert any("waiting for 1 more of 3" in m for m in w.said("a0") + w.said("a1"))
+
+
+async def test_a_pod_group_in_a_composite_group_is_refused_saying_why() -> None:
+    w = World({"a1": ("A", 8)})
+    w.group("part", min_count=1, parentCompositePodGroupName="whole")
+    w.pod("p0", 1, group="part")
+    await w.settle()
+    assert w.bound == {}
+    assert any("CompositePodGroup whole" in m for m in w.said("p0"))
+
+
+async def test_a_raised_min_count_is_read_and_a_deleted_pod_group_is_waited_for_again() -> None:
+    w = World({"a1": ("A", 8)})
+    w.group("g", min_count=2)
+    w.group("g", min_count=3)  # MODIFIED: the latest minCount applies
+    assert w.state.pod_groups["ns/g"].min_count == 3
+    w.pod("g0", 1, group="g")
+    w.pod("g1", 1, group="g")
+    await w.settle()
+    assert w.bound == {}
+    assert any("waiting for 1 more of 3" in m for m in w.said("g0") + w.said("g1"))
+    w.feed._handle("podgroups", "DELETED", {"metadata": {"name": "g", "namespace": "ns"}})
+    w.sched.queue.cluster_changed(w.now)
+    await w.settle()
+    assert any("waiting for PodGroup ns/g" in m for m in w.said("g0") + w.said("g1"))
+    w.feed._handle("podgroups", "ADDED", {"metadata": {"name": "bad"}, "spec": {}})
+    assert "default/bad" not in w.state.pod_groups  # malformed: logged and skipped

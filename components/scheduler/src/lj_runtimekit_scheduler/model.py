@@ -196,6 +196,8 @@ class PodGroup:
     """Preempted only as a whole: a gang, or ``spec.disruptionMode.all``."""
     scheduled: bool = False
     """Its ``PodGroupInitiallyScheduled`` condition is True (terminal: never written again)."""
+    parent: str = ""
+    """``spec.parentCompositePodGroupName``: a CompositePodGroup (alpha) it is part of."""
 
     @property
     def key(self) -> str:

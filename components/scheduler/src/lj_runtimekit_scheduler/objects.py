@@ -213,6 +213,7 @@ def pod_group(raw: Json) -> PodGroup:
         topology=topology[0] if topology else None,
         evicted_whole=min_count > 0 or "all" in (spec.get("disruptionMode") or {}),
         scheduled=scheduled,
+        parent=str(spec.get("parentCompositePodGroupName") or ""),
     )
 
 

@@ -148,6 +148,15 @@ class Scheduler:
             msg = f"waiting for PodGroup {gid.group} (spec.schedulingGroup) to exist; nothing held"
             self._unschedulable(pod, Result(None, {}), msg)
             return
+        if group is not None and group.parent:
+            # all or nothing across the composite's groups: placing this group alone breaks it
+            msg = (
+                f"UnsupportedFeatures: not supported by {self.settings.scheduler_name}: PodGroup "
+                f"{group.key} is part of CompositePodGroup {group.parent} "
+                "(spec.parentCompositePodGroupName, alpha) (use the default scheduler for this pod)"
+            )
+            self._unschedulable(pod, Result(None, {}), msg)
+            return
         if gid is not None and (group is None or group.gang):
             self.schedule_gang(pod, gid, group)
             return
