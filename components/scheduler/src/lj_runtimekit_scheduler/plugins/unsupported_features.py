@@ -1,6 +1,6 @@
 """UnsupportedFeatures: refuse, loudly, a pod that relies on what this scheduler does not
-implement (inter-pod affinity, topology spread, volume binding, DRA, a PodGroup of the Workload
-API) instead of placing it wrongly."""
+implement (inter-pod affinity, topology spread, volume binding, DRA, a scheduling group that is
+not a PodGroup) instead of placing it wrongly."""
 
 from __future__ import annotations
 
