@@ -410,16 +410,37 @@ class Scheduler:
         self, items: list[tuple[Pod, str, CycleState]], t0: float, group: PodGroup | None = None
     ) -> None:
         after: list[list[str]] = [[] for _ in items]
-        if self.handshake and len(items) > 1:
+        if self.handshake:
             placed = [(pod, node) for pod, node, _ in items]
             confirming = {n for n in self.state.confirming if not self.state.dra.serves(n)}
             after = allocate_handshake.bind_after(placed, confirming)
+            self._after_placed(items, after, confirming)
         binds = [
             self._spawn(f"bind-{pod.key}", self._bind(pod, node, cs, t0, wait_for))
             for (pod, node, cs), wait_for in zip(items, after, strict=True)
         ]
         if group is not None and not group.scheduled and self.groups is not None:
             self._spawn(f"podgroup-{group.key}", self._scheduled(group, binds, items))
+
+    def _after_placed(
+        self, items: list[tuple[Pod, str, CycleState]], after: list[list[str]], confirming: set[str]
+    ) -> None:
+        """A gang member placed after others of its gang (its binding failed, or a PodGroup's pod
+        beyond minCount) also waits for those still pending on its node with a same request:
+        AllocateHandshake lets a gang's members share a node unconfirmed, the binds keep them
+        apart."""
+        uids = {pod.uid for pod, _, _ in items}
+        for i, (pod, node, _) in enumerate(items):
+            gid = gang.gang_of(pod)
+            info = self.state.nodes.get(node)
+            if gid is None or info is None or node not in confirming:
+                continue
+            mine = allocate_handshake.units_of(pod)
+            after[i] += [
+                u
+                for u, p in info.pending.items()
+                if u not in uids and p.gang == gid and p.units & mine
+            ]
 
     async def _scheduled(
         self,
