@@ -8,10 +8,14 @@ single-GPU pods, mixed shared/whole pods, then gangs (pod-group annotations; kub
 which has no gangs, places the same pods one by one), then one-GPU pods of which a third carry
 required pod anti-affinity (one per node within their group) and a third a rack spread
 constraint (issue 35). Then the DRA case (issue 24), on one more
-control plane: the same one-GPU pods on the classic path and through DRA, see run_dra.
+control plane: the same one-GPU pods on the classic path and through DRA, see run_dra. Then
+the PodGroup case (issue 35), on one more: gangs as upstream PodGroups (``scheduling.k8s.io/
+v1beta1``, gang policy), placed all or nothing by kube-scheduler's own gang scheduling and by
+ours, see run_podgroups.
 
     .venv/bin/python components/scheduler/bench/run.py --out build/bench [--nodes 1000]
     .venv/bin/python components/scheduler/bench/run.py --out build/bench --cases dra
+    .venv/bin/python components/scheduler/bench/run.py --out build/bench --cases podgroups
 """
 
 from __future__ import annotations
@@ -422,6 +426,101 @@ def run_dra(args: argparse.Namespace) -> list[Figure]:
             print(f"bench: the DRA case's logs are in {work / 'logs'}", file=sys.stderr)
 
 
+def pod_groups(count: int, size: int) -> Step:
+    """Create gangs ``pg-0`` … as PodGroups of ``size`` (gang policy) in the phase's namespace."""
+
+    def setup(api: client.ApiClient, ns: str) -> None:
+        custom: Any = client.CustomObjectsApi(api)
+        for g in range(count):
+            body = {
+                "apiVersion": "scheduling.k8s.io/v1beta1",
+                "kind": "PodGroup",
+                "metadata": {"name": f"pg-{g}"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
+            }
+            custom.create_namespaced_custom_object(
+                "scheduling.k8s.io", "v1beta1", ns, "podgroups", body
+            )
+
+    return setup
+
+
+def in_pod_groups(scheduler: str, limits: dict[str, str], size: int) -> Creator:
+    """Pod ``i`` asks ``limits`` of ``scheduler`` and belongs to PodGroup ``pg-<i // size>``."""
+
+    def create(api: client.ApiClient, ns: str, i: int) -> float:
+        body = pod_body(f"p-{i}", scheduler, POOL, (limits, {}))
+        body["spec"]["schedulingGroup"] = {"podGroupName": f"pg-{i // size}"}
+        return create_pod(api, ns, body)
+
+    return create
+
+
+def run_podgroups(args: argparse.Namespace) -> list[Figure]:
+    """Gangs as PodGroups, the same pods and PodGroups first under kube-scheduler's own gang
+    scheduling (GenericWorkload, beta in 1.37: the test control plane turns it on), then under
+    ours, on one control plane of ``--nodes`` nodes at client ``--podgroup-client``; one phase
+    of whole-node members (8 GPUs), one of 2-GPU members (four per node)."""
+    qps_s, burst_s = args.podgroup_client.split("/")
+    qps, burst = float(qps_s), int(burst_s)
+    work = Path(tempfile.mkdtemp(prefix="lj-sched-bench-pg-"))
+    cp = ControlPlane(work_dir=work, scheduler_client=(qps, burst))
+    cp.start()
+    ours: subprocess.Popen[bytes] | None = None
+    label = f"client {qps:g}/{burst}"
+    try:
+        cluster = Cluster.from_control_plane(cp)
+        install_crd(cluster)
+        make_nodes(cluster, args.nodes, POOL)
+        ours = start_ours(cluster, qps, burst, work / "ours.log")
+        theirs_pid = next(p.pid for p in cp.processes if p.name == "kube-scheduler")
+        figures: list[Figure] = []
+        results: dict[str, dict[str, float]] = {}
+        n, size = args.gangs * args.gang_size, args.gang_size
+        for gpus in ("8", "2"):
+            what = f"PodGroup gang ({args.gangs}x{size}, {gpus} GPUs each)"
+            ran = {
+                who: phase(
+                    cluster,
+                    n,
+                    in_pod_groups(who, {"aliyun.com/gpu": gpus}, size),
+                    args.deadline,
+                    setup=pod_groups(args.gangs, size),
+                )
+                for who in (THEIRS, OURS)
+            }
+            results[f"{what} theirs"], results[f"{what} ours"] = ran[THEIRS], ran[OURS]
+            where = f"{n} pods, {args.nodes} nodes, {label}"
+            o, t = ran[OURS], ran[THEIRS]
+            figures += [
+                Figure(f"{what}: {name}, {where}", o[key], unit, t[key], "kube-scheduler")
+                for name, key, unit in (
+                    ("pods/s", "pods_per_s", "pods/s"),
+                    ("p50 create→bound", "p50_s", "s"),
+                    ("p99 create→bound", "p99_s", "s"),
+                    ("pods bound", "bound", "pods"),
+                    ("pods created/s", "created_per_s", "pods/s"),
+                )
+            ]
+        figures.append(
+            Figure(
+                f"peak RSS, PodGroup case, {label}",
+                rss_peak_mib(ours.pid),
+                "MiB",
+                rss_peak_mib(theirs_pid),
+                "kube-scheduler",
+            )
+        )
+        print(json.dumps(results, indent=1), flush=True)
+        return figures
+    finally:
+        if ours is not None:
+            ours.terminate()
+            ours.wait(10)
+        cp.stop()
+        os.sync()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -448,9 +547,10 @@ def main() -> int:
     ap.add_argument("--deadline", type=float, default=900, help="seconds per phase at most")
     ap.add_argument(
         "--cases",
-        default="classic,dra",
+        default="classic,dra,podgroups",
         help="comma-separated: classic (the phases above, per client setting), dra (DRA "
-        "against the classic path, dra_case.py); the JSON holds the figures of this run only",
+        "against the classic path, dra_case.py), podgroups (gangs as upstream PodGroups under "
+        "both schedulers' gang scheduling); the JSON holds the figures of this run only",
     )
     ap.add_argument("--dra-nodes", type=int, default=100, help="DRA case: nodes per pool")
     ap.add_argument("--dra-pods", type=int, default=200, help="DRA case: 1-GPU pods per phase")
@@ -459,10 +559,15 @@ def main() -> int:
         default="5000/5000",
         help="DRA case: client QPS/burst of both schedulers (upstream scheduler_perf's setting)",
     )
+    ap.add_argument(
+        "--podgroup-client",
+        default="5000/5000",
+        help="PodGroup case: client QPS/burst of both schedulers",
+    )
     args = ap.parse_args()
     cases = set(args.cases.split(","))
-    if unknown := cases - {"classic", "dra"}:
-        ap.error(f"unknown cases {sorted(unknown)}: use classic, dra")
+    if unknown := cases - {"classic", "dra", "podgroups"}:
+        ap.error(f"unknown cases {sorted(unknown)}: use classic, dra, podgroups")
     figures = []
     if "classic" in cases:
         for setting in args.clients.split(","):
@@ -470,6 +575,8 @@ def main() -> int:
             figures += run(args, float(qps), int(burst))
     if "dra" in cases:
         figures += run_dra(args)
+    if "podgroups" in cases:
+        figures += run_podgroups(args)
     path = write(args.out, "scheduler", figures)
     print(f"wrote {path}")
     return 0
