@@ -6,11 +6,16 @@ plane with KWOK GPU nodes. Each phase creates the same pods, first for kube-sche
 (once those are deleted) for ours, on the same nodes, and times create → bound from a watch:
 single-GPU pods, mixed shared/whole pods, then gangs (pod-group annotations; kube-scheduler,
 which has no gangs, places the same pods one by one), then one-GPU pods of which a third carry
-required pod anti-affinity (one per node within their group) and a third a rack spread
-constraint (issue 35). Then the DRA case (issue 24), on one more
-control plane: the same one-GPU pods on the classic path and through DRA, see run_dra.
+required pod anti-affinity (one per node within their group), a third a rack spread constraint,
+and of the rest half a claim bound to a rack's PV and half a WaitForFirstConsumer claim with
+local PVs to choose from (issue 35; ``lj_runtimekit_testkit.bench.volumes``), then preemption:
+the pool full of low-priority pods, the timed pods high-priority whole GPUs, the victims counted
+against those needed (``lj_runtimekit_testkit.bench.preemption``). Each phase reports both
+schedulers' peak RSS during it. Each node count (``--nodes 2000,5000``) gets its own control
+planes. Then the DRA case (issue 24), on one more control plane: the same one-GPU pods on the
+classic path and through DRA, see run_dra.
 
-    .venv/bin/python components/scheduler/bench/run.py --out build/bench [--nodes 1000]
+    .venv/bin/python components/scheduler/bench/run.py --out build/bench [--nodes 2000,5000]
     .venv/bin/python components/scheduler/bench/run.py --out build/bench --cases dra
 """
 
@@ -24,15 +29,26 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client
 
-from lj_runtimekit_testkit.bench import Figure, dra, write
-from lj_runtimekit_testkit.bench.kwok import Creator, Step, create_pod, phase, rss_peak_mib
+from lj_runtimekit_testkit.bench import Figure, dra, volumes, write
+from lj_runtimekit_testkit.bench.kwok import (
+    Creator,
+    Report,
+    Step,
+    create_pod,
+    phase,
+    rss_peak_mib,
+    rss_reset,
+)
+from lj_runtimekit_testkit.bench.preemption import HIGH, LOW, Fill, install_priorities
 from lj_runtimekit_testkit.cluster.handle import Cluster
 from lj_runtimekit_testkit.cluster.launcher import ControlPlane
 
@@ -169,8 +185,12 @@ GROUPS = 10
 
 def constrained_body(name: str, scheduler: str, pool: str, i: int) -> dict[str, Any]:
     """One GPU; the ``i``-th pod: a third with required anti-affinity (one per node among its
-    group), a third spread over racks (maxSkew 1, DoNotSchedule, its group), a third plain."""
+    group), a third spread over racks (maxSkew 1, DoNotSchedule, its group), a sixth with the
+    claim ``c-<i>`` bound to a rack's PV, a sixth with the WaitForFirstConsumer claim ``c-<i>``
+    (:func:`claims_setup` makes both)."""
     body = pod_body(name, scheduler, pool, ({"aliyun.com/gpu": "1"}, {}))
+    if i % 6 in (2, 5):
+        volumes.use_claim(body, f"c-{i}")
     group = f"g{i % GROUPS}"
     if i % 3 == 0:
         body["metadata"]["labels"] = {"anti": group}
@@ -198,6 +218,53 @@ def constrained(scheduler: str, pool: str) -> Creator:
     return create
 
 
+def claims_setup(n: int, nodes: list[str], racks: list[str]) -> Step:
+    """The claims of :func:`constrained_body`'s ``n`` pods: pod ``6k+2``'s bound to a PV of rack
+    ``k`` (modulo), pod ``6k+5``'s unbound, with a free local PV on node ``k`` (modulo)."""
+
+    def setup(api: client.ApiClient, ns: str) -> None:
+        volumes.make_bound(
+            api, ns, [(f"c-{i}", racks[(i // 6) % len(racks)]) for i in range(2, n, 6)]
+        )
+        volumes.make_local(
+            api, ns, [(f"c-{i}", nodes[(i // 6) % len(nodes)]) for i in range(5, n, 6)]
+        )
+
+    return setup
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One phase under one scheduler: how its pods are made, and what it does around them."""
+
+    create: Creator
+    setup: Step | None = None
+    cleanup: Step | None = None
+    report: Report | None = None
+
+
+Phase = tuple[str, int, Callable[[str], Plan]]
+"""(label, timed pods, the plan for a scheduler name)."""
+
+
+def preemption(scheduler: str, nodes: int, filler_gpus: int) -> Plan:
+    """The pool's every GPU held by ``bench-low`` pods of ``filler_gpus`` GPUs (placed by
+    ``scheduler``), then ``bench-high`` pods of one GPU each."""
+
+    def filler(name: str) -> dict[str, Any]:
+        body = pod_body(name, scheduler, POOL, ({"aliyun.com/gpu": str(filler_gpus)}, {}))
+        body["spec"]["priorityClassName"] = LOW
+        return body
+
+    def create(api: client.ApiClient, ns: str, i: int) -> float:
+        body = pod_body(f"p-{i}", scheduler, POOL, ({"aliyun.com/gpu": "1"}, {}))
+        body["spec"]["priorityClassName"] = HIGH
+        return create_pod(api, ns, body)
+
+    fill = Fill(nodes * 8 // filler_gpus, filler, filler_gpus)
+    return Plan(create, setup=fill.setup, report=fill.report)
+
+
 def shapes(args: argparse.Namespace) -> dict[str, list[Shape]]:
     gang = {"aliyun.com/gpu": "8"}
     return {
@@ -216,8 +283,64 @@ def shapes(args: argparse.Namespace) -> dict[str, list[Shape]]:
     }
 
 
-def run(args: argparse.Namespace, qps: float, burst: int) -> list[Figure]:
-    """One control plane whose two schedulers both use client ``qps``/``burst``."""
+def classic_plan(pods: list[Shape]) -> Callable[[str], Plan]:
+    return lambda scheduler: Plan(classic(scheduler, POOL, pods))
+
+
+def phases(args: argparse.Namespace, nodes: list[str], racks: list[str]) -> list[Phase]:
+    """Every phase of the classic case, in order (preemption, which fills the pool, last)."""
+    out: list[Phase] = [
+        (label, len(pods), classic_plan(pods)) for label, pods in shapes(args).items()
+    ]
+    if args.constrained:
+        n = args.constrained
+        setup = claims_setup(n, nodes, racks)
+        label = "constrained (1/3 anti-affinity, 1/3 rack spread, 1/3 claims, 1 GPU each)"
+        out.append(
+            (
+                label,
+                n,
+                lambda s: Plan(constrained(s, POOL), setup=setup, cleanup=volumes.delete_volumes),
+            )
+        )
+    if args.preemptors:
+        label = f"preemption (1 GPU, pool full of {args.filler_gpus}-GPU low-priority pods)"
+        out.append((label, args.preemptors, lambda s: preemption(s, len(nodes), args.filler_gpus)))
+    return out
+
+
+def timed(cluster: Cluster, n: int, plan: Plan, pid: int, deadline: float) -> dict[str, float]:
+    """One phase under one scheduler (process ``pid``), with that scheduler's peak RSS in it."""
+    rss_reset(pid)
+    r = phase(
+        cluster,
+        n,
+        plan.create,
+        deadline,
+        setup=plan.setup,
+        cleanup=plan.cleanup,
+        report=plan.report,
+    )
+    return {**r, "rss_peak_mib": rss_peak_mib(pid)}
+
+
+FIGURES = (
+    ("pods/s", "pods_per_s", "pods/s"),
+    ("p50 create→bound", "p50_s", "s"),
+    ("p99 create→bound", "p99_s", "s"),
+    ("pods bound", "bound", "pods"),
+    ("pods created/s", "created_per_s", "pods/s"),
+    ("peak RSS", "rss_peak_mib", "MiB"),
+    ("victims", "victims", "pods"),
+    ("victims needed", "victims_needed", "pods"),
+    ("victims beyond need", "victims_excess", "pods"),
+    ("victim nodes no preemptor took", "victim_nodes_untaken", "nodes"),
+)
+
+
+def run(args: argparse.Namespace, n_nodes: int, qps: float, burst: int) -> list[Figure]:
+    """One control plane with ``n_nodes`` nodes whose two schedulers both use client
+    ``qps``/``burst``."""
     work = Path(tempfile.mkdtemp(prefix="lj-sched-bench-"))
     cp = ControlPlane(work_dir=work, scheduler_client=(qps, burst))
     cp.start()
@@ -226,49 +349,39 @@ def run(args: argparse.Namespace, qps: float, burst: int) -> list[Figure]:
     try:
         cluster = Cluster.from_control_plane(cp)
         install_crd(cluster)
-        make_nodes(cluster, args.nodes, POOL)
+        began = time.monotonic()
+        nodes = make_nodes(cluster, n_nodes, POOL)
+        print(f"bench: {n_nodes} nodes in {time.monotonic() - began:.0f} s", flush=True)
+        with cluster.api_client() as api:
+            volumes.install_classes(api)
+            install_priorities(api)
+            core: Any = client.CoreV1Api(api)
+            listed = core.list_node(label_selector=f"bench-pool={POOL}").items
+            racks = sorted({n.metadata.labels[volumes.RACK] for n in listed})
         ours = start_ours(cluster, qps, burst, work / "ours.log")
         theirs_pid = next(p.pid for p in cp.processes if p.name == "kube-scheduler")
-        figures = []
-        results: dict[str, dict[str, float]] = {}
-        phases: list[tuple[str, int, Creator, Creator]] = [
-            (label, len(pods), classic(THEIRS, POOL, pods), classic(OURS, POOL, pods))
-            for label, pods in shapes(args).items()
-        ]
-        if args.constrained:
-            label = "constrained (1/3 anti-affinity, 1/3 rack spread, 1 GPU each)"
-            phases.append(
-                (label, args.constrained, constrained(THEIRS, POOL), constrained(OURS, POOL))
-            )
-        for label, n, theirs, mine in phases:
-            t = phase(cluster, n, theirs, args.deadline)
-            o = phase(cluster, n, mine, args.deadline)
-            results[f"{label} theirs"], results[f"{label} ours"] = t, o
-            where = f"{n} {label} pods, {args.nodes} nodes, {client_label}"
-            figures += [
-                Figure(
-                    f"pods/s, {where}", o["pods_per_s"], "pods/s", t["pods_per_s"], "kube-scheduler"
-                ),
-                Figure(f"p50 create→bound, {where}", o["p50_s"], "s", t["p50_s"], "kube-scheduler"),
-                Figure(f"p99 create→bound, {where}", o["p99_s"], "s", t["p99_s"], "kube-scheduler"),
-                Figure(f"pods bound, {where}", o["bound"], "pods", t["bound"], "kube-scheduler"),
-                Figure(
-                    f"pods created/s, {where}",
-                    o["created_per_s"],
-                    "pods/s",
-                    t["created_per_s"],
-                    "kube-scheduler",
-                ),
-            ]
-        figures.append(
+        figures = [
             Figure(
-                f"peak RSS, {client_label}",
+                f"peak RSS before the phases, {n_nodes} nodes, {client_label}",
                 rss_peak_mib(ours.pid),
                 "MiB",
                 rss_peak_mib(theirs_pid),
                 "kube-scheduler",
             )
-        )
+        ]
+        results: dict[str, dict[str, float]] = {}
+        for label, n, plan in phases(args, nodes, racks):
+            began = time.monotonic()
+            t = timed(cluster, n, plan(THEIRS), theirs_pid, args.deadline)
+            o = timed(cluster, n, plan(OURS), ours.pid, args.deadline)
+            results[f"{label} theirs"], results[f"{label} ours"] = t, o
+            print(f"bench: {label} in {time.monotonic() - began:.0f} s", flush=True)
+            where = f"{n} {label} pods, {n_nodes} nodes, {client_label}"
+            figures += [
+                Figure(f"{what}, {where}", o[key], unit, t[key], "kube-scheduler")
+                for what, key, unit in FIGURES
+                if key in o
+            ]
         print(json.dumps(results, indent=1), flush=True)
         return figures
     finally:
@@ -427,7 +540,11 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--out", type=Path, required=True, help="folder of <component>.json")
-    ap.add_argument("--nodes", type=int, default=1000, help="KWOK nodes, 8 GPUs each")
+    ap.add_argument(
+        "--nodes",
+        default="2000,5000",
+        help="KWOK nodes (8 GPUs each), comma-separated: each count gets its own control planes",
+    )
     ap.add_argument("--pods", type=int, default=8000, help="single-GPU pods")
     ap.add_argument("--mixed", type=int, default=1000, help="mixed shared/whole pods")
     ap.add_argument("--gangs", type=int, default=20, help="gangs")
@@ -437,7 +554,22 @@ def main() -> int:
         type=int,
         default=3000,
         help="pods of the constrained phase (a third with required anti-affinity, a third "
-        "spread over racks, issue 35); 0 skips it",
+        "spread over racks, a sixth with a bound claim, a sixth with a WaitForFirstConsumer "
+        "claim; issue 35); 0 skips it",
+    )
+    ap.add_argument(
+        "--preemptors",
+        type=int,
+        default=400,
+        help="high-priority 1-GPU pods of the preemption phase, into the pool full of "
+        "low-priority pods; 0 skips it",
+    )
+    ap.add_argument(
+        "--filler-gpus",
+        type=int,
+        default=4,
+        choices=(1, 2, 4, 8),
+        help="GPUs of each low-priority pod filling the pool in the preemption phase",
     )
     ap.add_argument(
         "--clients",
@@ -465,9 +597,10 @@ def main() -> int:
         ap.error(f"unknown cases {sorted(unknown)}: use classic, dra")
     figures = []
     if "classic" in cases:
-        for setting in args.clients.split(","):
-            qps, burst = setting.split("/")
-            figures += run(args, float(qps), int(burst))
+        for n_nodes in args.nodes.split(","):
+            for setting in args.clients.split(","):
+                qps, burst = setting.split("/")
+                figures += run(args, int(n_nodes), float(qps), int(burst))
     if "dra" in cases:
         figures += run_dra(args)
     path = write(args.out, "scheduler", figures)
