@@ -101,6 +101,23 @@ test-suite: ## every package's tests and tests/, real nodes included, in TEST_WO
 test-durations: ## refresh tests/durations.json (the parallel order) from the last test-suite run
 	cp $(BUILD)/test-durations.json tests/durations.json
 
+# The scheduler bench alone (issue 35): every phase at each node count of SCHED_BENCH_NODES, one
+# control plane per node count and client setting, then the DRA case and the PodGroup case (one
+# control plane per node count); `make bench` runs it too.
+SCHED_BENCH_NODES ?= 2000,5000
+SCHED_BENCH_ARGS ?=
+# The bench's own smoke test at its long row (16 nodes, 60 constrained pods; the suite runs the
+# short row): a few minutes, before hours of bench.
+.PHONY: bench-scheduler-smoke
+bench-scheduler-smoke: setup k8s-bin ## the scheduler bench's smoke test at its long row (test_bench_constrained.py, LJ_SCHED_BENCH_LONG=1)
+	LJ_SCHED_BENCH_LONG=1 $(VENV)/bin/pytest -q -p no:cacheprovider -k long components/scheduler/tests/cluster/test_bench_constrained.py
+
+.PHONY: bench-scheduler
+bench-scheduler: setup k8s-bin bench-scheduler-smoke ## the scheduler bench alone at SCHED_BENCH_NODES nodes (SCHED_BENCH_ARGS='--clients 5000/5000 --cases classic'); build/bench/scheduler.json and a table
+	mkdir -p $(BUILD)/bench
+	$(PY) components/scheduler/bench/run.py --out $(BUILD)/bench --nodes $(SCHED_BENCH_NODES) $(SCHED_BENCH_ARGS)
+	$(PY) -m lj_runtimekit_testkit.bench table $(BUILD)/bench/scheduler.json
+
 .PHONY: bench
 bench: setup k8s-bin ## benchmarks; figures in build/bench/<component>.json and a table
 	mkdir -p $(BUILD)/bench

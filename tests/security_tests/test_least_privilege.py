@@ -1421,6 +1421,38 @@ def test_scheduler_token_does_all_the_scheduler_does(rig: Rig, objs: Objects) ->
     _claim_cycle(rig)
     _preemption_cycle(rig)
     _volume_cycle(rig)
+    _pod_group_cycle(rig)
+
+
+def _pod_group_cycle(rig: Rig) -> None:
+    """What the scheduler reads and writes for upstream PodGroups (``feed.py``,
+    ``kube.pod_group_condition``): list and watch them, set their PodGroupInitiallyScheduled."""
+    s = rig.as_("scheduler")
+    groups = "/apis/scheduling.k8s.io/v1beta1/podgroups"
+    _ok(s("GET", groups, None, query=[("limit", 1)]), "list PodGroups")
+    _ok(s("GET", groups, None, query=[("watch", "true"), ("timeoutSeconds", 1)]), "watch them")
+    name = f"gang-{uuid.uuid4().hex[:6]}"
+    path = f"/apis/scheduling.k8s.io/v1beta1/namespaces/{rig.victims}/podgroups"
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    ok(rig.root("POST", path, body), "a PodGroup")
+    condition = {
+        "type": "PodGroupInitiallyScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "security test",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    mark = {"status": {"conditions": [condition]}}
+    _ok(s("PATCH", f"{path}/{name}/status", mark, patch="strategic"), "its condition")
+    spec = {"spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
+    changed = s("PATCH", f"{path}/{name}", spec)
+    assert changed.status == 403, (changed.status, changed.message)  # its spec is not ours
+    rig.root("DELETE", f"{path}/{name}", None)
 
 
 def _preemption_cycle(rig: Rig) -> None:

@@ -294,3 +294,56 @@ async def test_a_renamed_gpu_core_keeps_fit_choice_shares_and_the_assignment() -
     await run_until_idle(sched)
     assert "old" not in edge.bound
     assert any(p == "old" and "Insufficient aliyun.com/gpu-core" in m for p, _, m in edge.events)
+
+
+def group_pod(name: str, limits: dict[str, str], group: str) -> Pod:
+    return objects.pod(
+        {
+            "metadata": {"uid": name, "name": name, "namespace": "ns"},
+            "spec": {
+                "schedulerName": "lj-runtimekit-scheduler",
+                "schedulingGroup": {"podGroupName": group},
+                "containers": [
+                    {"name": "main", "resources": {"requests": limits, "limits": limits}}
+                ],
+            },
+        }
+    )
+
+
+def pod_group(informers: Informers, name: str, policy: dict[str, Any]) -> None:
+    obj = {"metadata": {"name": name, "namespace": "ns"}, "spec": {"schedulingPolicy": policy}}
+    informers._handle("podgroups", "ADDED", obj)
+
+
+async def test_a_basic_pod_group_s_same_request_pods_wait_as_lone_pods_do() -> None:
+    sched, edge, _, informers = setup()
+    pod_group(informers, "svc", {"basic": {}})
+    one = {"aliyun.com/gpu": "1"}
+    for name in ("s0", "s1"):
+        sched.queue.add(group_pod(name, one, "svc"), 0)
+    await run_until_idle(sched)
+    assert edge.bound == {"s0": "n1"}  # s1 is no gang member: it waits for s0's mark
+    assert any(p == "s1" and "waiting for the device plugin" in m for p, _, m in edge.events)
+
+
+async def test_a_pod_group_member_placed_after_the_others_binds_after_their_mark() -> None:
+    sched, edge, state, informers = setup()
+    pod_group(informers, "g", {"gang": {"minCount": 1}})
+    one = {"aliyun.com/gpu": "1"}
+    sched.queue.add(group_pod("g0", one, "g"), 0)
+    await run_until_idle(sched)
+    assert edge.bound == {"g0": "n1"}  # bound, not yet confirmed by the device plugin
+    sched.queue.add(group_pod("g1", one, "g"), 0)  # joins its placed gang on n1
+    pod = sched.queue.pop(0)
+    assert pod is not None
+    sched.schedule(pod)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert state.pods["g1"][1] == "n1"
+    assert "g1" not in edge.bound  # two same-request pods unconfirmed on n1: never
+    raw = watched(edge, "g0", one, mark=True)
+    raw["spec"]["schedulingGroup"] = {"podGroupName": "g"}
+    informers._pod("MODIFIED", raw)
+    await sched.drain()
+    assert edge.bound == {"g0": "n1", "g1": "n1"}

@@ -136,13 +136,68 @@ def test_a_malformed_spread_or_affinity_is_refused_naming_the_field(
         objects.pod({"metadata": {"uid": "u", "name": "p"}, "spec": {"containers": [], **spec}})
 
 
-def test_a_pod_of_a_workload_api_pod_group_is_unsupported() -> None:
-    """kube-scheduler places such a pod all or nothing with its group; we would place it alone."""
+def test_a_pod_of_a_pod_group_names_its_group_and_one_of_an_unknown_group_kind_waits() -> None:
+    """A PodGroup's pods are placed as their group says (issue 35), no longer refused; a
+    ``schedulingGroup`` naming no PodGroup (a newer kind of group) cannot be honoured."""
     spec = {"containers": [], "schedulingGroup": {"podGroupName": "trainer-0"}}
     p = objects.pod({"metadata": {"uid": "u", "name": "p"}, "spec": spec})
-    assert p.unsupported == ("a Workload API PodGroup (spec.schedulingGroup)",)
+    assert p.unsupported == ()
+    assert p.scheduling_group == "trainer-0"
+    spec = {"containers": [], "schedulingGroup": {"compositePodGroupName": "c"}}
+    odd = objects.pod({"metadata": {"uid": "u", "name": "p"}, "spec": spec})
+    assert odd.unsupported == ("a scheduling group other than a PodGroup (spec.schedulingGroup)",)
+    assert odd.scheduling_group == ""
     lone = objects.pod({"metadata": {"uid": "u", "name": "p"}, "spec": {"containers": []}})
     assert lone.unsupported == ()
+    assert lone.scheduling_group == ""
+
+
+@pytest.mark.parametrize(
+    ("spec", "min_count", "whole", "topology"),
+    [
+        ({"schedulingPolicy": {"gang": {"minCount": 4}}}, 4, True, None),
+        ({"schedulingPolicy": {"basic": {}}}, 0, False, None),
+        ({"schedulingPolicy": {"basic": {}}, "disruptionMode": {"all": {}}}, 0, True, None),
+        (
+            {
+                "schedulingPolicy": {"gang": {"minCount": 2}},
+                "schedulingConstraints": {"topology": [{"key": "rack"}]},
+            },
+            2,
+            True,
+            "rack",
+        ),
+    ],
+    ids=["gang", "basic", "basic-disrupted-whole", "gang-in-one-rack"],
+)
+def test_pod_group_reads_policy_min_count_and_topology(
+    spec: dict[str, Any], min_count: int, whole: bool, topology: str | None
+) -> None:
+    raw = {"metadata": {"name": "g", "namespace": "ns"}, "spec": spec}
+    group = objects.pod_group(raw)
+    assert (group.key, group.min_count, group.gang) == ("ns/g", min_count, min_count > 0)
+    assert (group.evicted_whole, group.topology, group.scheduled) == (whole, topology, False)
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [{}, {"gang": {"minCount": 2}, "basic": {}}, {"gang": {"minCount": 0}}, {"gang": {}}],
+    ids=["none", "both", "zero", "no-min-count"],
+)
+def test_a_pod_group_the_apiserver_would_refuse_is_malformed(policy: dict[str, Any]) -> None:
+    raw = {"metadata": {"name": "g"}, "spec": {"schedulingPolicy": policy}}
+    with pytest.raises((ValueError, KeyError)):
+        objects.pod_group(raw)
+
+
+def test_a_pod_group_scheduled_once_says_so() -> None:
+    cond = {"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled"}
+    raw = {
+        "metadata": {"name": "g"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+        "status": {"conditions": [cond]},
+    }
+    assert objects.pod_group(raw).scheduled
 
 
 def test_device_requests_per_container() -> None:

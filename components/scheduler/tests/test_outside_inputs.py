@@ -115,6 +115,45 @@ def test_any_pod_shape_is_taken_or_skipped_never_crashes_the_informer(
 
 @FAST
 @given(
+    where=st.sampled_from(["metadata", "spec", "policy", "gang", "status", "root"]),
+    key=st.sampled_from(
+        ["name", "namespace", "schedulingPolicy", "minCount", "basic", "gang", "conditions"]
+    )
+    | st.text(max_size=20),
+    value=json_values,
+)
+def test_any_pod_group_shape_is_taken_or_skipped_never_crashes_the_informer(
+    where: str, key: str, value: Any
+) -> None:
+    gang: dict[str, Any] = {"minCount": 2}
+    policy: dict[str, Any] = {"gang": gang}
+    raw: dict[str, Any] = {
+        "metadata": {"name": "g", "namespace": "ns"},
+        "spec": {"schedulingPolicy": policy},
+        "status": {},
+    }
+    target = {
+        "metadata": raw["metadata"],
+        "spec": raw["spec"],
+        "policy": policy,
+        "gang": gang,
+        "status": raw["status"],
+        "root": raw,
+    }[where]
+    target[key] = value
+    inf = informers()
+    inf._handle("podgroups", "ADDED", raw)
+    group = inf.state.pod_groups.get("ns/g")
+    assert group is None or group.min_count >= 0
+    taken = (
+        raw.get("spec", {}).get("schedulingPolicy") if isinstance(raw.get("spec"), dict) else None
+    )
+    assert group is None or (isinstance(taken, dict) and group.gang == ("gang" in taken))
+    inf._handle("podgroups", "DELETED", raw)
+
+
+@FAST
+@given(
     st.lists(
         json_values
         | st.fixed_dictionaries(

@@ -43,6 +43,27 @@ def test_unschedulable_pod_waits_for_an_event_or_the_retry() -> None:
     assert q.pop(65) is not None
 
 
+def test_a_pod_an_event_unparked_is_tried_before_its_backoff_ends_when_nothing_is_active() -> None:
+    # kube-scheduler's SchedulerPopFromBackoffQ (KEP-5142): a preemptor parked after evicting
+    # its victims is tried as soon as their deletion arrives, not a backoff later
+    q = SchedulingQueue(backoff_initial_s=1, unschedulable_retry_s=60)
+    q.add(p("a"), 0)
+    q.add(p("b", 10), 0)
+    for uid in ("b", "a"):
+        assert q.pop(0).uid == uid  # type: ignore[union-attr]
+        q.failed(uid, 0, unschedulable=True)
+    assert q.pop(0.1) is None  # parked: no event yet
+    q.add(p("c"), 0.1)
+    assert q.cluster_changed(0.1) == 2
+    assert q.pop(0.1).uid == "c"  # type: ignore[union-attr]  # an active pod goes first
+    assert q.pop(0.1).uid == "b"  # type: ignore[union-attr]  # then the moved, by priority
+    assert q.pop(0.1).uid == "a"  # type: ignore[union-attr]
+    assert q.pop(0.1) is None
+    q.failed("a", 0.2, unschedulable=False)  # an error: it waits its backoff out
+    assert q.pop(0.3) is None
+    assert q.pop(2.2).uid == "a"  # type: ignore[union-attr]
+
+
 def test_depth_and_done() -> None:
     q = SchedulingQueue()
     q.add(p("a"), 0)

@@ -73,6 +73,7 @@ async def _serve(settings: Settings, tasks: lifecycle.Tasks, kube: Kube, identit
         recorder=recorder,
         metrics=metrics,
         evictor=kube,
+        groups=kube,
     )
     informers = Informers(kube, settings, state, queue, sched.poke, recorder=recorder)
     # checked by Settings only when it is used: built only then

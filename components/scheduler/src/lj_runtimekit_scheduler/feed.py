@@ -1,8 +1,9 @@
 """The feed: nodes, NodeDevices and pods into the state and the queue, ResourceSlices and
 ResourceClaims into its DRA ledger (nodes in DRA mode, :mod:`.dra`), claims, PVs and the
 storage objects into its storage cache (:mod:`.storage`), namespaces' labels (inter-pod terms'
-namespaceSelector), PodDisruptionBudgets for preemption and, when the default spread constraints
-need them, the selectors of Services and pod controllers (:mod:`.workloads`), one informer each.
+namespaceSelector), PodDisruptionBudgets for preemption, PodGroups (``scheduling.k8s.io/v1beta1``)
+for gangs and, when the default spread constraints need them, the selectors of Services and pod
+controllers (:mod:`.workloads`), one informer each.
 
 Each kind is listed, then watched from the list's resourceVersion (``informer.py``); a closed
 stream is resumed, an expired resourceVersion (410) relists, an unreachable apiserver is retried
@@ -41,6 +42,7 @@ KINDS = (
     *storage.KINDS,
     "namespaces",
     "poddisruptionbudgets",
+    "podgroups",
 )
 OPTIONAL = (
     "resourceslices",
@@ -49,6 +51,7 @@ OPTIONAL = (
     "namespaces",
     *workloads.KINDS,
     "poddisruptionbudgets",
+    "podgroups",
 )
 """Kinds a cluster may not serve (or the scheduler's role, or an older RBAC, may not grant): it
 starts without them. Pods without claims never wait for the storage kinds; a pod with claims
@@ -104,6 +107,7 @@ class Informers:
             "namespaces": self._namespace,
             **{k: partial(self._workload, k) for k in workloads.KINDS},
             "poddisruptionbudgets": self._budget,
+            "podgroups": self._pod_group,
         }
 
     @property
@@ -168,6 +172,14 @@ class Informers:
             seen = {m.get("uid") for i in items if isinstance(m := i.get("metadata"), dict)}
             for uid in [u for u in self.state.budgets if u not in seen]:
                 del self.state.budgets[uid]
+        elif kind == "podgroups":
+            keys = {
+                f"{m.get('namespace')}/{m.get('name')}"
+                for i in items
+                if isinstance(m := i.get("metadata"), dict)
+            }
+            for key in [k for k in self.state.pod_groups if k not in keys]:
+                del self.state.pod_groups[key]
 
     def _handle(self, kind: str, ev_type: str, obj: Json) -> None:
         try:
@@ -242,6 +254,18 @@ class Informers:
             self.state.budgets.pop(uid, None)
         else:
             self.state.budgets[uid] = budgets.budget(obj)
+
+    def _pod_group(self, ev_type: str, obj: Json) -> None:
+        meta = obj["metadata"]
+        key = f"{meta.get('namespace', 'default')}/{meta['name']}"
+        if ev_type == "DELETED":
+            self.state.pod_groups.pop(key, None)
+            return
+        group = objects.pod_group(obj)
+        before = self.state.pod_groups.get(key)
+        self.state.pod_groups[key] = group
+        if before is None or before.min_count != group.min_count:
+            self._changed()  # its pods waited for it, or for another minCount
 
     def _pod(self, ev_type: str, obj: Json) -> None:
         pod = objects.pod(obj, self.settings.resources)

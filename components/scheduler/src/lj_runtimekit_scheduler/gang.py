@@ -1,9 +1,12 @@
 """Gangs: pods placed all or nothing, packed into the smallest network-topology domain.
 
-A gang is a JobSet run (label ``jobset.sigs.k8s.io/jobset-name`` + restart attempt) or an
-explicit pod group (annotation ``lj-runtimekit-scheduler/pod-group``). Its size comes from the
-annotation ``lj-runtimekit-scheduler/pod-group-size`` or, for JobSets, from the label
-``jobset.sigs.k8s.io/replicatedjob-replicas``. Nothing is held while a gang is incomplete, and
+A gang is a JobSet run (label ``jobset.sigs.k8s.io/jobset-name`` + restart attempt), an
+explicit pod group (annotation ``lj-runtimekit-scheduler/pod-group``), or the pods of an upstream
+PodGroup (``scheduling.k8s.io/v1beta1``, the pod's ``spec.schedulingGroup``; the spec field wins
+over the annotations). An annotation gang's size comes from the annotation
+``lj-runtimekit-scheduler/pod-group-size`` or, for JobSets, from the label
+``jobset.sigs.k8s.io/replicatedjob-replicas``; a PodGroup's from its object (``minCount``, the
+scheduler reads it: :class:`~.model.PodGroup`). Nothing is held while a gang is incomplete, and
 a joint placement is found and assumed in one step, so competing gangs cannot deadlock.
 """
 
@@ -31,10 +34,17 @@ class GangId:
     disagree are still one gang (see :func:`agreed_size`), never two that each wait forever."""
     topology: str | None = None
     """A node label the whole gang must share (JobSet's exclusive-topology)."""
+    group: str = ""
+    """``namespace/name`` of the PodGroup whose pods these are (empty: an annotation gang).
+    Its policy and size are the PodGroup object's: ``size`` is 0 here."""
 
 
 def gang_of(pod: Pod) -> GangId | None:
-    """The gang ``pod`` belongs to, or None for a lone pod (or a malformed size)."""
+    """The gang ``pod`` belongs to, or None for a lone pod (or a malformed size). A pod of a
+    PodGroup always has one, whatever the group's policy (the scheduler reads it)."""
+    if pod.scheduling_group:
+        name = pod.scheduling_group
+        return GangId(f"{pod.namespace}/podgroup/{name}", 0, None, f"{pod.namespace}/{name}")
     group = pod.annotation(POD_GROUP_ANNOTATION)
     jobset = pod.label(JOBSET_NAME)
     if group:
@@ -87,7 +97,7 @@ def size_conflict(key: str, sizes: Mapping[int, Sequence[str]]) -> str:
 
 def invalid_size(pod: Pod) -> str | None:
     """Why the pod's gang size is refused (its group is then ignored), or None when it is fine."""
-    if not (pod.annotation(POD_GROUP_ANNOTATION) or pod.label(JOBSET_NAME)):
+    if pod.scheduling_group or not (pod.annotation(POD_GROUP_ANNOTATION) or pod.label(JOBSET_NAME)):
         return None
     for key, raw in (
         (POD_GROUP_SIZE_ANNOTATION, pod.annotation(POD_GROUP_SIZE_ANNOTATION)),
@@ -161,20 +171,49 @@ Place = Callable[[Pod, list[str]], str | None]
 
 
 def place_gang(
-    members: Sequence[Pod], candidates: list[list[str]], place: Place, undo: Callable[[Pod], None]
+    members: Sequence[Pod],
+    candidates: list[list[str]],
+    place: Place,
+    undo: Callable[[Pod], None],
+    at_least: int | None = None,
 ) -> dict[str, str] | None:
-    """The first domain that takes every member: uid → node; else None with nothing held."""
+    """The first domain that takes every member: uid → node; else None with nothing held.
+
+    With ``at_least`` (a PodGroup's minCount less the members already placed), a domain that
+    takes every member still comes first; failing that, the first one taking at least that
+    many (and as many as it can) does: the rest stay pending and join them later, as
+    kube-scheduler's PodGroup cycle does."""
+    ordered = sorted(members, key=lambda p: p.name)
     for nodes in candidates:
-        placed: list[Pod] = []
-        result: dict[str, str] = {}
-        for pod in sorted(members, key=lambda p: p.name):
-            node = place(pod, nodes)
-            if node is None:
-                break
-            placed.append(pod)
-            result[pod.uid] = node
-        else:
+        if (result := _place_in(ordered, nodes, place, undo, len(ordered))) is not None:
             return result
-        for pod in placed:
-            undo(pod)
+    if at_least is None or at_least >= len(ordered):
+        return None
+    for nodes in candidates:
+        if (result := _place_in(ordered, nodes, place, undo, max(at_least, 1))) is not None:
+            return result
+    return None
+
+
+def _place_in(
+    members: Sequence[Pod], nodes: list[str], place: Place, undo: Callable[[Pod], None], need: int
+) -> dict[str, str] | None:
+    """Place members in ``nodes`` until one fails (``need`` is all of them) or all were tried;
+    the placement if it has at least ``need``, else None with nothing held."""
+    placed: list[Pod] = []
+    result: dict[str, str] = {}
+    for i, pod in enumerate(members):
+        if len(placed) + len(members) - i < need:
+            break  # too few left to reach need
+        node = place(pod, nodes)
+        if node is None:
+            if need == len(members):
+                break
+            continue
+        placed.append(pod)
+        result[pod.uid] = node
+    if len(result) >= need:
+        return result
+    for pod in placed:
+        undo(pod)
     return None

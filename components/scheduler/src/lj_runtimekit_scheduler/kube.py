@@ -18,8 +18,8 @@ from kubernetes_asyncio import client, config
 
 from .errors import PermanentError, TemporaryError
 from .leader import LeaseConflict, LeaseError
-from .model import Pod
-from .objects import PREEMPTED_REASON
+from .model import Pod, PodGroup
+from .objects import POD_GROUP_SCHEDULED, PREEMPTED_REASON
 from .ratelimit import TokenBucket
 from .settings import Settings
 
@@ -44,6 +44,7 @@ PATHS = {
     "csidrivers": "/apis/storage.k8s.io/v1/csidrivers",
     "csistoragecapacities": "/apis/storage.k8s.io/v1/csistoragecapacities",
     "poddisruptionbudgets": "/apis/policy/v1/poddisruptionbudgets",
+    "podgroups": "/apis/scheduling.k8s.io/v1beta1/podgroups",
 }
 _CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 _MERGE = "application/merge-patch+json"
@@ -236,6 +237,26 @@ class Kube:
     async def pod_status(self, pod: Pod, patch: Json) -> None:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         await self._call("PATCH", path, f"patch pod {pod.key}'s status", patch, content_type=_MERGE)
+
+    async def pod_group_condition(
+        self, group: PodGroup, scheduled: bool, reason: str, message: str
+    ) -> None:
+        """Set the PodGroup's ``PodGroupInitiallyScheduled`` condition (a strategic merge keyed
+        by condition type: the others stay), as kube-scheduler does (scheduler.GroupStatus)."""
+        path = (
+            f"/apis/scheduling.k8s.io/v1beta1/namespaces/{group.namespace}/podgroups/"
+            f"{group.name}/status"
+        )
+        condition = {
+            "type": POD_GROUP_SCHEDULED,
+            "status": "True" if scheduled else "False",
+            "reason": reason,
+            "message": message[:32768],
+            "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        body = {"status": {"conditions": [condition]}}
+        what = f"write PodGroup {group.key}'s {POD_GROUP_SCHEDULED}"
+        await self._call("PATCH", path, what, body, content_type=_STRATEGIC)
 
     # -- preemption (scheduler.Evictor)
     async def nominate(self, pod: Pod, node: str | None) -> None:

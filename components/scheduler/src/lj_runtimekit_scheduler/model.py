@@ -194,6 +194,8 @@ class Pod:
     """(annotation, field manager) for each of the suite's annotations (``lj-runtimekit-*``)
     that ``metadata.managedFields`` says a client set. The Binding subresource writes the pod
     without a field manager, so the scheduler's decision has no writer unless someone edited it."""
+    scheduling_group: str = ""
+    """``spec.schedulingGroup.podGroupName``: the PodGroup (same namespace) it belongs to."""
 
     @property
     def key(self) -> str:
@@ -229,6 +231,33 @@ class Pod:
     @property
     def wants_devices(self) -> bool:
         return any(d.gpus or d.core or d.memory_gib or d.ppus for d in self.devices)
+
+
+@dataclass(frozen=True)
+class PodGroup:
+    """A ``scheduling.k8s.io/v1beta1`` PodGroup, as far as placing its pods goes."""
+
+    namespace: str
+    name: str
+    min_count: int = 0
+    """``spec.schedulingPolicy.gang.minCount``: at least this many of its pods are placed
+    together or none is; 0 for the basic policy (its pods are placed one by one)."""
+    topology: str | None = None
+    """``spec.schedulingConstraints.topology[0].key``: a node label all its pods share."""
+    evicted_whole: bool = True
+    """Preempted only as a whole: a gang, or ``spec.disruptionMode.all``."""
+    scheduled: bool = False
+    """Its ``PodGroupInitiallyScheduled`` condition is True (terminal: never written again)."""
+    parent: str = ""
+    """``spec.parentCompositePodGroupName``: a CompositePodGroup (alpha) it is part of."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def gang(self) -> bool:
+        return self.min_count > 0
 
 
 @dataclass(frozen=True)

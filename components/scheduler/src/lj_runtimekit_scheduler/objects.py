@@ -14,6 +14,7 @@ from .model import (
     HostPort,
     Node,
     Pod,
+    PodGroup,
     PreferredTerm,
     Requirement,
     ResourceNames,
@@ -94,11 +95,17 @@ def _unsupported(spec: Json) -> tuple[str, ...]:
     found = []
     if spec.get("resourceClaims"):
         found.append("dynamic resource allocation (spec.resourceClaims)")
-    if spec.get("schedulingGroup"):
-        # A PodGroup of the upstream Workload API: placing its pods one by one would break its
-        # all-or-nothing promise. Our own gangs are the pod-group annotation or a JobSet.
-        found.append("a Workload API PodGroup (spec.schedulingGroup)")
+    group = spec.get("schedulingGroup")
+    if group and not _group_name(group):
+        # a group of a kind newer than podGroupName: placing its pods one by one could break
+        # what it promises, so they wait (named in FailedScheduling)
+        found.append("a scheduling group other than a PodGroup (spec.schedulingGroup)")
     return tuple(found)
+
+
+def _group_name(group: object) -> str:
+    name = group.get("podGroupName") if isinstance(group, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def _devices(spec: Json, names: ResourceNames) -> tuple[DeviceRequest, ...]:
@@ -206,6 +213,44 @@ def pod(raw: Json, names: ResourceNames = DEFAULT_NAMES) -> Pod:
         spread=terms.spread(spec.get("topologySpreadConstraints"), pod_labels),
         controller=terms.controller(meta),
         annotation_writers=annotation_writers(meta),
+        scheduling_group=_group_name(spec.get("schedulingGroup")),
+    )
+
+
+POD_GROUP_SCHEDULED = "PodGroupInitiallyScheduled"
+"""The PodGroup condition a scheduler sets: True once the group's scheduling requirement was
+met (terminal), False with reason ``Unschedulable`` while it cannot be."""
+
+
+def pod_group(raw: Json) -> PodGroup:
+    """A ``scheduling.k8s.io/v1beta1`` PodGroup; raises ValueError/KeyError/TypeError on one
+    the apiserver would not have admitted (no policy, both, a minCount below 1)."""
+    meta, spec = raw["metadata"], raw.get("spec") or {}
+    policy = spec.get("schedulingPolicy") or {}
+    if ("gang" in policy) == ("basic" in policy):
+        raise ValueError("spec.schedulingPolicy: exactly one of basic, gang")
+    min_count = 0
+    if "gang" in policy:
+        min_count = (policy["gang"] or {})["minCount"]
+        if type(min_count) is not int or min_count < 1:
+            raise ValueError(f"spec.schedulingPolicy.gang.minCount={min_count!r}: not >= 1")
+    topology = [
+        t["key"]
+        for t in (spec.get("schedulingConstraints") or {}).get("topology") or ()
+        if isinstance(t, dict) and isinstance(t.get("key"), str)
+    ]
+    scheduled = any(
+        isinstance(c, dict) and c.get("type") == POD_GROUP_SCHEDULED and c.get("status") == "True"
+        for c in (raw.get("status") or {}).get("conditions") or ()
+    )
+    return PodGroup(
+        namespace=meta.get("namespace", "default"),
+        name=meta["name"],
+        min_count=min_count,
+        topology=topology[0] if topology else None,
+        evicted_whole=min_count > 0 or "all" in (spec.get("disruptionMode") or {}),
+        scheduled=scheduled,
+        parent=str(spec.get("parentCompositePodGroupName") or ""),
     )
 
 

@@ -40,7 +40,7 @@ class _Recorder(Protocol):
     def event(self, pod: Pod, kind: str, reason: str, message: str) -> None: ...
 
 
-Spawn = Callable[[str, Coroutine[Any, Any, None]], None]
+Spawn = Callable[[str, Coroutine[Any, Any, None]], object]
 
 
 class Preempting:

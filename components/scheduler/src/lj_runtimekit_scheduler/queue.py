@@ -2,7 +2,9 @@
 
 Pure: the caller passes the time. A pod that failed waits its backoff (initial × 2^attempts,
 capped); a pod no node fits is parked as unschedulable until a cluster event that could help
-(:meth:`SchedulingQueue.cluster_changed`) or the periodic retry moves it back.
+(:meth:`SchedulingQueue.cluster_changed`) or the periodic retry moves it back. As kube-scheduler's
+(KEP-5142, ``SchedulerPopFromBackoffQ``, on since 1.33), a pod an event moved from unschedulable
+to its backoff is tried before its backoff ends when no other pod is active.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class SchedulingQueue:
         """No waiting pod becomes ready before this (keeps pop O(log n))."""
         self._want_pods: set[str] = set()
         """Parked pods with required pod affinity: a pod placed anywhere may let them fit."""
+        self._moved: set[str] = set()
+        """Unschedulable pods an event unparked whose backoff has not ended: the ones
+        :meth:`pop` may take early when nothing is active."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -63,6 +68,7 @@ class SchedulingQueue:
         e = self._entries[uid]
         e.parked_at = None
         self._want_pods.discard(uid)
+        self._moved.discard(uid)
         if uid not in self._in_heap and uid not in self.in_flight:
             heapq.heappush(self._heap, (-e.pod.priority, now, next(self._seq), uid))
             self._in_heap.add(uid)
@@ -94,6 +100,7 @@ class SchedulingQueue:
         self._in_heap.discard(uid)
         self.in_flight.discard(uid)
         self._want_pods.discard(uid)
+        self._moved.discard(uid)
 
     def _join(self, pod: Pod) -> None:
         if (gid := gang_of(pod)) is not None:
@@ -117,6 +124,7 @@ class SchedulingQueue:
         """Mark a pod in flight without popping it (gang members scheduled together)."""
         if uid in self._entries:
             self._in_heap.discard(uid)
+            self._moved.discard(uid)
             self.in_flight.add(uid)
 
     def pop(self, now: float) -> Pod | None:
@@ -129,7 +137,22 @@ class SchedulingQueue:
             self._in_heap.discard(uid)
             self.in_flight.add(uid)
             return self._entries[uid].pod
-        return None
+        return self._pop_moved()
+
+    def _pop_moved(self) -> Pod | None:
+        """Nothing is active: the moved pod whose backoff ends first (priority first within
+        one second, as upstream orders its backoff windows), marked in flight; or None."""
+        if not self._moved:
+            return None
+
+        def order(uid: str) -> tuple[int, int, float]:
+            e = self._entries[uid]
+            return int(e.ready_at), -e.pod.priority, e.ready_at
+
+        uid = min(self._moved, key=order)
+        self._moved.discard(uid)
+        self.in_flight.add(uid)
+        return self._entries[uid].pod
 
     def done(self, uid: str) -> None:
         """The pod was bound: it leaves the queue."""
@@ -138,6 +161,7 @@ class SchedulingQueue:
     def failed(self, uid: str, now: float, unschedulable: bool) -> float:
         """Back off (or park) a pod whose attempt failed; returns when it may run again."""
         self.in_flight.discard(uid)
+        self._moved.discard(uid)
         e = self._entries.get(uid)
         if e is None:
             return now
@@ -158,18 +182,23 @@ class SchedulingQueue:
             if e is not None and e.parked_at is not None:
                 e.parked_at = None
                 moved += 1
+                if e.ready_at > now:
+                    self._moved.add(uid)
         self._want_pods.clear()
         if moved:
             self._next = now
         return moved
 
     def cluster_changed(self, now: float) -> int:
-        """Something that may help (a node added or changed, a pod gone): unpark all."""
+        """Something that may help (a node added or changed, a pod gone): unpark all (each
+        active once its backoff ends, or earlier when no other pod is)."""
         moved = 0
-        for e in self._entries.values():
+        for uid, e in self._entries.items():
             if e.parked_at is not None:
                 e.parked_at = None
                 moved += 1
+                if e.ready_at > now:
+                    self._moved.add(uid)
         self._want_pods.clear()
         self._next = now
         return moved

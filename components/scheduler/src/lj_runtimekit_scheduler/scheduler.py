@@ -14,10 +14,11 @@ from typing import Any, Protocol
 import structlog
 
 from . import gang, preemption
+from .errors import SchedulerError
 from .framework import Binder, CycleState, Profile, Result, fail
 from .gpu import Choice
 from .metrics import Metrics
-from .model import POD_GROUP_SIZE_ANNOTATION, Pod
+from .model import POD_GROUP_SIZE_ANNOTATION, Pod, PodGroup
 from .plugins import allocate_handshake, default_preemption
 from .preempting import Evictor, Preempting
 from .queue import SchedulingQueue
@@ -32,6 +33,14 @@ _UNBOUNDED = 1 << 62
 
 class Recorder(Protocol):
     def event(self, pod: Pod, kind: str, reason: str, message: str) -> None: ...
+
+
+class GroupStatus(Protocol):
+    """Where a PodGroup's ``PodGroupInitiallyScheduled`` condition is written (``kube.py``)."""
+
+    async def pod_group_condition(
+        self, group: PodGroup, scheduled: bool, reason: str, message: str
+    ) -> None: ...
 
 
 def summary(result: Result, nodes: int) -> str:
@@ -58,6 +67,7 @@ class Scheduler:
         recorder: Recorder,
         metrics: Metrics,
         evictor: Evictor | None = None,
+        groups: GroupStatus | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings, self.state, self.queue, self.profile = settings, state, queue, profile
@@ -85,6 +95,10 @@ class Scheduler:
         self.size_warned: dict[str, frozenset[int]] = {}
         """Gang members told their gang's members disagree on its size: uid → the sizes."""
         self.handshake = allocate_handshake.NAME in profile.names
+        self.groups = groups
+        """Writes PodGroup conditions as kube-scheduler does (None: not written)."""
+        self.group_said: dict[str, tuple[bool, str]] = {}
+        """PodGroup → the condition last written (each is written once, not at every try)."""
         self._moved = asyncio.Event()
         """Set (and replaced) on every poke: binds waiting for a confirmation look again."""
         self.stopping = False
@@ -129,8 +143,23 @@ class Scheduler:
     # -- one cycle
     def schedule(self, pod: Pod) -> None:
         gid = gang.gang_of(pod)
-        if gid is not None:
-            self.schedule_gang(pod, gid)
+        group = self.state.group_of(gid)
+        if gid is not None and gid.group and group is None:
+            # kube-scheduler too keeps it pending until its PodGroup exists (it says nothing)
+            msg = f"waiting for PodGroup {gid.group} (spec.schedulingGroup) to exist; nothing held"
+            self._unschedulable(pod, Result(None, {}), msg)
+            return
+        if group is not None and group.parent:
+            # all or nothing across the composite's groups: placing this group alone breaks it
+            msg = (
+                f"UnsupportedFeatures: not supported by {self.settings.scheduler_name}: PodGroup "
+                f"{group.key} is part of CompositePodGroup {group.parent} "
+                "(spec.parentCompositePodGroupName, alpha) (use the default scheduler for this pod)"
+            )
+            self._unschedulable(pod, Result(None, {}), msg)
+            return
+        if gid is not None and (group is None or group.gang):
+            self.schedule_gang(pod, gid, group)
             return
         if (why := gang.invalid_size(pod)) is not None:
             self.recorder.event(pod, "Warning", "InvalidGangSize", why)
@@ -150,7 +179,7 @@ class Scheduler:
                 self.preempting.keep_or_clear([pod], {pod.uid: lifted} if lifted else {}, outcome)
             self._unschedulable(pod, placed)
         else:
-            self._bind_later([(pod, placed, cs)], t0)
+            self._bind_later([(pod, placed, cs)], t0, group)
 
     def _try(
         self, cs: CycleState, pod: Pod, names: list[str] | None, post_filter: bool = True
@@ -181,12 +210,17 @@ class Scheduler:
         self.recorder.event(pod, "Warning", "FailedScheduling", msg)
         log.info("pod_unschedulable", pod=pod.key, reason=msg)
 
-    def schedule_gang(self, first: Pod, gid: gang.GangId) -> None:
+    def schedule_gang(self, first: Pod, gid: gang.GangId, group: PodGroup | None = None) -> None:
+        """Place the gang of ``first`` all or nothing; a PodGroup's (``group``) at least
+        ``minCount`` of its pods, counting those already placed."""
         members = [first] + [p for p in self.queue.gang_members(gid) if p.uid != first.uid]
         placed = self.state.gangs.get(gid, {})
         held = list(placed.values())
-        size = self._agreed_size(gid, members, [self.state.pods[u][0] for u in placed])
-        gid = replace(gid, size=size)
+        if group is None:
+            size = self._agreed_size(gid, members, [self.state.pods[u][0] for u in placed])
+            gid = replace(gid, size=size)
+        else:
+            gid = replace(gid, size=group.min_count, topology=group.topology)
         missing = gid.size - len(held) - len(members)
         if missing > 0:
             # only the pod just tried is told: the others were when they were tried, and telling
@@ -200,17 +234,9 @@ class Scheduler:
         lifted = {p.uid: x for p in members if (x := self.state.unnominate(p.uid)) is not None}
         t0 = time.perf_counter()
         labels = {n: i.node.label_map() for n, i in self.state.nodes.items()}
-        need: dict[str, int] = {}
-        for p in members:
-            for r, v in p.requests.items():
-                need[r] = need.get(r, 0) + v
-        free = {
-            n: {r: a - i.requested.get(r, 0) for r, a in i.node.allocatable.items()}
-            for n, i in self.state.nodes.items()
-        }
-        for n, room in free.items():
-            if self.state.dra.serves(n):  # no advertised devices there: GpuFit checks each
-                room.update(dict.fromkeys(self.state.names.all, _UNBOUNDED))
+        # a PodGroup with more pods than minCount may place fewer: no sum to check then
+        partial = group is not None and len(members) > gid.size - len(held)
+        need, free = self._room([] if partial else members)
         every = gang.domains(labels, self.settings.topology_labels, gid.topology, held)
         candidates = [names for names in every if gang.may_hold(need, [free[n] for n in names])]
         states: dict[str, CycleState] = {}
@@ -227,24 +253,81 @@ class Scheduler:
         def undo(p: Pod) -> None:
             self._undo(states[p.uid], p, self.state.pods[p.uid][1])
 
-        placement = gang.place_gang(members, candidates, place, undo)
+        at_least = None if group is None else gid.size - len(held)
+        placement = gang.place_gang(members, candidates, place, undo, at_least)
         for p in members:
             self.queue.take(p.uid)
         if placement is None:
-            if last:
-                why = summary(last[0], len(self.state.nodes))
-            elif self.state.nodes:
+            why = summary(last[0], len(self.state.nodes)) if last else ""
+            if not why and self.state.nodes:
                 asked = ", ".join(f"{r}={v}" for r, v in sorted(need.items()) if v)
                 why = f"no domain has the free capacity for the members' sum ({asked})"
-            else:
-                why = "no nodes"
-            msg = f"gang {gid.key} of {len(members)} does not fit in any one domain: {why}"
-            if said := self._preempt_gang(members, every, held, lifted):
-                msg = f"{msg} preemption: {said}"
-            for p in members:
-                self._unschedulable(p, Result(None, {}), msg)
+            self._unplaced(gid, group, members, (every, held), lifted=lifted, why=why or "no nodes")
             return
-        self._bind_later([(p, placement[p.uid], states[p.uid]) for p in members], t0)
+        left = [p for p in members if p.uid not in placement]
+        if left:
+            self._left_behind(gid, left, len(placement) + len(held), last, lifted)
+        done = [p for p in members if p.uid in placement]
+        self._bind_later([(p, placement[p.uid], states[p.uid]) for p in done], t0, group)
+
+    def _unplaced(
+        self,
+        gid: gang.GangId,
+        group: PodGroup | None,
+        members: list[Pod],
+        where: tuple[list[list[str]], list[str]],
+        *,
+        lifted: dict[str, Nomination],
+        why: str,
+    ) -> None:
+        """A gang that fits in no domain: it preempts as a whole, or all its pods wait (told
+        why; a PodGroup's condition says it too)."""
+        every, held = where
+        msg = f"gang {gid.key} of {len(members)} does not fit in any one domain: {why}"
+        if group is not None:
+            msg = (
+                f"gang {gid.key}: minCount ({gid.size}) cannot be satisfied: {len(held)} "
+                f"scheduled, {len(members)} pending do not fit in any one domain: {why}"
+            )
+        if said := self._preempt_gang(members, every, held, lifted):
+            msg = f"{msg} preemption: {said}"
+        for p in members:
+            self._unschedulable(p, Result(None, {}), msg)
+        if group is not None:
+            self._say_group(group, False, msg)
+
+    def _room(self, members: list[Pod]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        """What ``members`` ask in sum, and each node's free capacity (a gang's domain check)."""
+        need: dict[str, int] = {}
+        for p in members:
+            for r, v in p.requests.items():
+                need[r] = need.get(r, 0) + v
+        free = {
+            n: {r: a - i.requested.get(r, 0) for r, a in i.node.allocatable.items()}
+            for n, i in self.state.nodes.items()
+        }
+        for n, room in free.items():
+            if self.state.dra.serves(n):  # no advertised devices there: GpuFit checks each
+                room.update(dict.fromkeys(self.state.names.all, _UNBOUNDED))
+        return need, free
+
+    def _left_behind(
+        self,
+        gid: gang.GangId,
+        left: list[Pod],
+        placed: int,
+        last: list[Result],
+        lifted: dict[str, Nomination],
+    ) -> None:
+        """Pods of a PodGroup placed without them (its minCount met): pending, tried again."""
+        why = summary(last[0], len(self.state.nodes)) if last else "no room"
+        msg = (
+            f"gang {gid.key}: {placed} of its pods are placed (minCount {gid.size}); this one "
+            f"fits in no node beside them yet: {why}"
+        )
+        for p in left:
+            self._unschedulable(p, Result(None, {}), msg)
+        self.preempting.keep_or_clear(left, lifted, None)
 
     # -- preemption (plugins/default_preemption.py decides, preempting.py carries it out)
     def _preempt_gang(
@@ -270,10 +353,11 @@ class Scheduler:
         self.preempting.keep_or_clear(members, lifted, outcome)
         return why
 
-    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
         self.binding.add(task)
         task.add_done_callback(self.binding.discard)
+        return task
 
     def _agreed_size(self, gid: gang.GangId, queued: list[Pod], bound: list[Pod]) -> int:
         """The gang's size by :data:`gang.SIZE_RULE`; when its members disagree, each of them
@@ -310,6 +394,12 @@ class Scheduler:
             f"{self.settings.gang_timeout:g} s; nothing is held while it waits; check its "
             f"size ({POD_GROUP_SIZE_ANNOTATION} or {gang.JOBSET_REPLICAS})"
         )
+        if gid.group:
+            msg = (
+                f"gang {gid.key} has {present} of minCount {gid.size} pods after "
+                f"{self.settings.gang_timeout:g} s; nothing is held while it waits; check the "
+                f"PodGroup {gid.group}'s minCount and the pods naming it"
+            )
         self.recorder.event(pod, "Warning", "GangIncomplete", msg)
         self._count_overdue()
         log.warning("gang_incomplete", gang=gid.key, present=present, size=gid.size)
@@ -317,14 +407,78 @@ class Scheduler:
     def _count_overdue(self) -> None:
         self.metrics.gangs_overdue(sum(1 for since in self.gang_waiting.values() if since is None))
 
-    def _bind_later(self, items: list[tuple[Pod, str, CycleState]], t0: float) -> None:
+    def _bind_later(
+        self, items: list[tuple[Pod, str, CycleState]], t0: float, group: PodGroup | None = None
+    ) -> None:
         after: list[list[str]] = [[] for _ in items]
-        if self.handshake and len(items) > 1:
+        if self.handshake:
             placed = [(pod, node) for pod, node, _ in items]
             confirming = {n for n in self.state.confirming if not self.state.dra.serves(n)}
             after = allocate_handshake.bind_after(placed, confirming)
-        for (pod, node, cs), wait_for in zip(items, after, strict=True):
+            self._after_placed(items, after, confirming)
+        binds = [
             self._spawn(f"bind-{pod.key}", self._bind(pod, node, cs, t0, wait_for))
+            for (pod, node, cs), wait_for in zip(items, after, strict=True)
+        ]
+        if group is not None and not group.scheduled and self.groups is not None:
+            self._spawn(f"podgroup-{group.key}", self._scheduled(group, binds, items))
+
+    def _after_placed(
+        self, items: list[tuple[Pod, str, CycleState]], after: list[list[str]], confirming: set[str]
+    ) -> None:
+        """A gang member placed after others of its gang (its binding failed, or a PodGroup's pod
+        beyond minCount) also waits for those still pending on its node with a same request:
+        AllocateHandshake lets a gang's members share a node unconfirmed, the binds keep them
+        apart."""
+        uids = {pod.uid for pod, _, _ in items}
+        for i, (pod, node, _) in enumerate(items):
+            gid = gang.gang_of(pod)
+            info = self.state.nodes.get(node)
+            if gid is None or info is None or node not in confirming:
+                continue
+            mine = allocate_handshake.units_of(pod)
+            after[i] += [
+                u
+                for u, p in info.pending.items()
+                if u not in uids and p.gang == gid and p.units & mine
+            ]
+
+    async def _scheduled(
+        self,
+        group: PodGroup,
+        binds: Sequence[asyncio.Task[None]],
+        items: list[tuple[Pod, str, CycleState]],
+    ) -> None:
+        """Once the binds of a placement are through: the PodGroup's requirement is met when
+        every pod of it bound (kube-scheduler writes this condition the same way)."""
+        await asyncio.gather(*binds, return_exceptions=True)
+        if all(self.queue.get(p.uid) is None and p.uid in self.state.pods for p, _, _ in items):
+            self._say_group(group, True, "")
+
+    def _say_group(self, group: PodGroup, scheduled: bool, message: str) -> None:
+        """Write the PodGroup's ``PodGroupInitiallyScheduled`` condition once per change (True
+        is terminal: nothing is written after it)."""
+        if self.groups is None or group.scheduled:
+            return
+        latest = self.state.pod_groups.get(group.key)
+        if latest is not None and latest.scheduled:
+            return
+        said = (scheduled, message)
+        if self.group_said.get(group.key) in (said, (True, "")):
+            return
+        if len(self.group_said) > 10_000:  # groups deleted since: forget them all
+            self.group_said.clear()
+        self.group_said[group.key] = said
+        self._spawn(f"podgroup-status-{group.key}", self._write_group(group, scheduled, message))
+
+    async def _write_group(self, group: PodGroup, scheduled: bool, message: str) -> None:
+        assert self.groups is not None
+        reason = "Scheduled" if scheduled else "Unschedulable"
+        try:
+            await self.groups.pod_group_condition(group, scheduled, reason, message)
+        except SchedulerError as e:
+            self.group_said.pop(group.key, None)  # written at the next try
+            log.warning("pod_group_status_not_written", group=group.key, error=str(e)[:300])
 
     async def _confirmed(self, uids: Sequence[str]) -> str | None:
         """Wait until none of ``uids`` is pending on its node (confirmed by the device plugin,

@@ -22,6 +22,7 @@ from .model import (
     HostPort,
     Node,
     Pod,
+    PodGroup,
     ResourceNames,
     Resources,
 )
@@ -177,6 +178,19 @@ class ClusterState:
         """Selectors of Services and pod controllers (default spread constraints)."""
         self.storage = Storage()
         """Claims, PVs and the storage objects the volume plugins read (``storage.py``)."""
+        self.pod_groups: dict[str, PodGroup] = {}
+        """``scheduling.k8s.io/v1beta1`` PodGroups by ``namespace/name``."""
+
+    def group_of(self, gid: GangId | None) -> PodGroup | None:
+        """The PodGroup of a PodGroup gang (None: an annotation gang, or not seen yet)."""
+        return self.pod_groups.get(gid.group) if gid is not None and gid.group else None
+
+    def evicted_whole(self, gid: GangId) -> bool:
+        """Whether the gang's members are preempted only all together: every annotation gang,
+        and a PodGroup unless it has the basic policy with ``disruptionMode: single`` (one
+        not seen yet counts as a gang)."""
+        group = self.group_of(gid)
+        return group is None or group.evicted_whole
 
     # -- nodes and devices
     def set_node(self, node: Node) -> None:

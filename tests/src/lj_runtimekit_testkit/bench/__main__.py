@@ -1,7 +1,8 @@
 """``python -m lj_runtimekit_testkit.bench run --out build/bench [--only c1,c2]``.
 
 Runs ``components/<c>/bench/run.py --out <dir>`` for each component that has one, then prints
-the table of every figure written.
+the table of every figure written. ``... bench table FILE...`` prints the table of files written
+before.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run the benchmarks")
     run.add_argument("--out", type=Path, default=ROOT / "build" / "bench")
     run.add_argument("--only", default="", help="comma-separated components (default: all)")
+    shown = sub.add_parser("table", help="the table of figures already written")
+    shown.add_argument("files", type=Path, nargs="+", help="<component>.json files")
     args = p.parse_args(argv)
+    if args.command == "table":
+        print(table(args.files))
+        return 0
     only = {c for c in args.only.split(",") if c}
     scripts = sorted((ROOT / "components").glob("*/bench/run.py"))
     failed = []

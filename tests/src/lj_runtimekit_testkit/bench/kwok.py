@@ -2,7 +2,9 @@
 
 A phase creates ``n`` pods in a fresh namespace through a :data:`Creator` (16 at a time), records
 when each was first seen bound (``spec.nodeName``) from a raw watch, and gives pods/s, the arrival
-rate and create → bound latencies; the scheduler benchmarks build their cases from phases.
+rate and create → bound latencies; the scheduler benchmarks build their cases from phases. A
+phase's setup may put pods of its own in the namespace first (a full cluster to preempt): only
+the ``n`` pods it creates are timed, and a :data:`Report` may count what happened to the others.
 """
 
 from __future__ import annotations
@@ -29,13 +31,19 @@ first; returns :func:`create_pod`'s answer (latencies count from the pod's creat
 Step = Callable[[client.ApiClient, str], None]
 """Something done in a phase's namespace: before its pods, or after they are deleted."""
 
+Report = Callable[[client.ApiClient, str, "BoundWatch"], dict[str, float]]
+"""Figures of a phase taken once its pods are bound (or its deadline passed), before they are
+deleted: given the namespace and the watch (every pod's node as it was seen)."""
+
 
 class BoundWatch:
-    """Records when each pod of a namespace is first seen with a node (raw watch, no models)."""
+    """Records when each pod of a namespace is first seen with a node (raw watch, no models),
+    and which node that is."""
 
     def __init__(self, core: Any, namespace: str) -> None:
         self.core, self.namespace = core, namespace
         self.bound: dict[str, float] = {}
+        self.nodes: dict[str, str] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -71,15 +79,23 @@ class BoundWatch:
                     name = obj.get("metadata", {}).get("name")
                     if not name:  # a BOOKMARK carries no name
                         continue
-                    if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
+                    node = (obj.get("spec") or {}).get("nodeName")
+                    if node and name not in self.bound:
                         self.bound[name] = now
+                        self.nodes[name] = node
                 if self.stop.is_set():
                     return
         finally:
             resp.release_conn()
 
 
+def rss_reset(pid: int) -> None:
+    """Start the process's peak RSS (VmHWM) again from its present RSS (Linux ``clear_refs``)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
 def rss_peak_mib(pid: int) -> float:
+    """The process's peak RSS (VmHWM) since it started or since :func:`rss_reset`."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
@@ -129,9 +145,11 @@ def phase(
     *,
     setup: Step | None = None,
     cleanup: Step | None = None,
+    report: Report | None = None,
 ) -> dict[str, float]:
     """Create ``n`` pods (pod ``i`` named ``p-<i>``) in a fresh namespace; returns pods/s,
-    p50/p99 create → bound latency (s) and the bound count, then deletes them."""
+    p50/p99 create → bound latency (s), the bound count and ``report``'s figures, then deletes
+    every pod of the namespace (``setup``'s too)."""
     with cluster.api_client(pool_size=32) as api:
         core: Any = client.CoreV1Api(api)
         ns = new_namespace(core)
@@ -148,11 +166,13 @@ def phase(
             list(ex.map(create, range(n)))
         created_s = time.monotonic() - start
         end = start + deadline_s
-        while len(watch.bound) < n and time.monotonic() < end:
+        while sum(p in watch.bound for p in created) < n and time.monotonic() < end:
             time.sleep(0.2)
         watch.stop.set()
-        done = sorted(watch.bound.values())
-        lat = sorted(watch.bound[p] - created[p] for p in watch.bound)
+        timed = [p for p in created if p in watch.bound]
+        done = sorted(watch.bound[p] for p in timed)
+        lat = sorted(watch.bound[p] - created[p] for p in timed)
+        extra = report(api, ns, watch) if report is not None else {}
         delete_pods(core, ns)  # free the pool for the next phase
         if cleanup is not None:
             cleanup(api, ns)
@@ -165,4 +185,5 @@ def phase(
         "bound": float(len(done)),
         "p50_s": statistics.median(lat) if lat else 0.0,
         "p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else 0.0,
+        **extra,
     }

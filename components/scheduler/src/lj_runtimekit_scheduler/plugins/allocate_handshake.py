@@ -10,8 +10,10 @@ blocked. Pods with different requests go to one node at once.
 
 A gang's members are not blocked by each other (they are placed together, all or nothing):
 the scheduler binds a member after a same-request member on the same node only once that one is
-confirmed (:func:`bind_after`). Nodes whose inventory no device plugin keeps (no pod there is
-ever marked: KWOK nodes of tests and benchmarks) are not checked.
+confirmed (:func:`bind_after`; a member placed after the others, as one whose binding failed or
+a PodGroup's pod beyond its minCount, waits for those of its gang still pending there). A basic
+PodGroup is no gang here: its pods are placed one by one. Nodes whose inventory no device plugin
+keeps (no pod there is ever marked: KWOK nodes of tests and benchmarks) are not checked.
 """
 
 from __future__ import annotations
@@ -83,15 +85,20 @@ class AllocateHandshake:
         units = units_of(pod)
         if not units:
             return SKIP
-        cs.write(_ASKED, (units, gang_of(pod)))
+        cs.write(_ASKED, (units, self._gang(pod)))
         return OK
+
+    def _gang(self, pod: Pod) -> GangId | None:
+        gid = gang_of(pod)
+        group = self.state.group_of(gid) if self.state is not None else None
+        return None if group is not None and not group.gang else gid
 
     def filter(self, cs: CycleState, pod: Pod, info: NodeInfo) -> Status:
         if not info.confirms or not info.pending:
             return OK
         if self.state is not None and self.state.dra.serves(info.node.name):
             return OK
-        units, gang = cs.read(_ASKED) or (units_of(pod), gang_of(pod))
+        units, gang = cs.read(_ASKED) or (units_of(pod), self._gang(pod))
         found = blocker(pod.uid, units, gang, info.pending)
         if found is None:
             return OK

@@ -160,7 +160,8 @@ class DefaultPreemption:
 
     def units(self, info: NodeInfo, below: int) -> list[Unit]:
         """What may be evicted from the node for a pod of priority ``below``: each lower-priority
-        pod bound there, a gang's member only with its whole gang (every member below too)."""
+        pod bound there, a gang's member only with its whole gang (every member below too; a
+        PodGroup's, unless it is basic with ``disruptionMode: single``)."""
         out: list[Unit] = []
         gangs: set[str] = set()
         for uid in sorted(info.pods):
@@ -169,7 +170,7 @@ class DefaultPreemption:
                 continue  # placed in a dry run, or not bound yet, or not below
             pod = held[0]
             gid = gang_of(pod)
-            if gid is None:
+            if gid is None or not self.state.evicted_whole(gid):
                 out.append(Unit((pod,), frozenset({uid}), _devices(held[2])))
                 continue
             if gid.key in gangs:

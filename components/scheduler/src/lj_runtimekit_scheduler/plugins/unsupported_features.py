@@ -1,5 +1,5 @@
 """UnsupportedFeatures: refuse, loudly, a pod that relies on what this scheduler does not
-implement (DRA, a PodGroup of the Workload API) instead of placing it wrongly."""
+implement (DRA, a scheduling group that is not a PodGroup) instead of placing it wrongly."""
 
 from __future__ import annotations
 
