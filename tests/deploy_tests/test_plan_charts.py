@@ -144,6 +144,28 @@ def test_the_extensions_charts_crds_are_files_equal_to_deploys() -> None:
         assert copy.read_text() == crd.read_text(), f"{crd.name}: copy the new CRD"
 
 
+def test_no_chart_holds_a_symlink_and_the_operator_charts_copies_are_byte_equal() -> None:
+    """A symlink makes Helm warn on every command and breaks a checkout without symlinks: each
+    chart holds files; the operator chart's copies of deploy/ are held equal to it here."""
+    links = [str(p.relative_to(DEPLOY)) for p in (DEPLOY / "helm").rglob("*") if p.is_symlink()]
+    assert not links, f"symlinks in the charts: {links}"
+    copies = {
+        OPERATOR / "files" / "operator": DEPLOY / "operator",
+        OPERATOR / "crds": DEPLOY / "crds",
+    }
+    for folder, source in copies.items():
+        names = sorted(p.name for p in folder.iterdir())
+        assert names == sorted(p.name for p in source.glob("*.yaml")), folder
+        for name in names:
+            assert (folder / name).read_bytes() == (source / name).read_bytes(), (
+                f"{folder / name}: copy {source / name} again"
+            )
+    helpers = OPERATOR / "templates" / "_helpers.tpl"
+    assert helpers.read_bytes() == (CHART / "templates" / "_helpers.tpl").read_bytes(), (
+        "the operator chart's helpers are the full chart's (same names in an umbrella chart)"
+    )
+
+
 def _static_operator() -> dict[tuple[str, str, str], Obj]:
     return {key(o): o for o in load_objects(manifest_files("operator"))}
 
