@@ -161,6 +161,9 @@ docker: generate ## build the component images, each tagged with its own version
 	  docker buildx bake $(strip $(if $(PYTHON_IMAGE),--set '*.args.PYTHON_IMAGE=$(PYTHON_IMAGE)') \
 	    $(if $(UV_IMAGE),--set '*.args.UV_IMAGE=$(UV_IMAGE)') $(COMPONENTS))
 
+# It installs buildah (and debootstrap, once, for the local base image) from Debian when missing,
+# and nothing else: skopeo and podman are the bundle tests' own (README, "What each target needs";
+# LJ_RUNTIMEKIT_INSTALL_TOOLS=no installs nothing).
 .PHONY: images
 images: $(SETUP) ## the same images with buildah, no Docker engine: OCI archives + index.json in build/images
 	REGISTRY=$(REGISTRY) COMPONENTS="$(COMPONENTS)" UV=$(UV) OUT=$(BUILD)/images $(image_versions) \

@@ -29,8 +29,8 @@ PROJECT = "site/lj-runtimekit"
 E_USAGE, E_INTEGRITY, E_TOOL, E_IMAGE = 2, 3, 4, 5
 #: Every tool the installer may pick for push or load: hidden from ``only_path`` runs.
 SITE_TOOLS = frozenset({"docker", "podman", "skopeo", "crane", "ctr", "nerdctl"})
-#: The push tools the tests run for real from the machine's packages (tests/images/install-tools.sh
-#: installs them, as ``make images`` does).
+#: The push tools the tests run for real from the machine's packages: ``install-tools.sh skopeo
+#: podman`` installs them when missing (these tests are the only ones that need them).
 PACKAGED_TOOLS = ("skopeo", "podman")
 INSTALL_TOOLS = REPO / "tests" / "images" / "install-tools.sh"
 #: Builds (first time) the real nerdctl the real-node load test puts on a node's PATH.
@@ -136,10 +136,14 @@ def system_commands(folder: Path) -> Path:
 @pytest.fixture(scope="session")
 def packaged_tools() -> dict[str, Path]:
     """skopeo and podman from the machine's packages (installed by install-tools.sh when
-    missing, as ``make images`` does): name → path."""
+    missing; only these tests need them, so no make target installs them): name → path."""
     if not all(shutil.which(t) for t in PACKAGED_TOOLS):
         done = subprocess.run(
-            [str(INSTALL_TOOLS)], capture_output=True, text=True, timeout=900, check=False
+            [str(INSTALL_TOOLS), *PACKAGED_TOOLS],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
         )
         if done.returncode != 0:
             pytest.fail(f"{INSTALL_TOOLS} failed:\n{done.stderr[-3000:]}", pytrace=False)

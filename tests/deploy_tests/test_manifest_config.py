@@ -5,12 +5,14 @@ flag fails here, not in a CrashLoopBackOff on a cluster)."""
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from lj_runtimekit_testkit.manifests import FOLDERS, containers, static_objects
+from lj_runtimekit_testkit.manifests import DEPLOY, FOLDERS, containers, static_objects
 
 CONFIG_PATH = "/etc/lj-runtimekit/config.yaml"
 #: What the downward API gives each container in the manifests.
@@ -97,3 +99,32 @@ def test_probes_and_ports_are_the_ones_the_component_listens_on(
         pytest.fail(
             f"{component} listens on {loaded.listen_address}: the kubelet's probe misses it"
         )
+
+
+def _header(path: Path) -> str:
+    """The comment above a manifest's first object, as one line of prose."""
+    lines = path.read_text().split("\napiVersion:", 1)[0].splitlines()
+    return " ".join(line.lstrip("# ").strip() for line in lines if line.startswith("#"))
+
+
+@pytest.mark.parametrize("component", list(FOLDERS), ids=list(FOLDERS))
+def test_a_configmaps_header_calls_editable_only_what_it_holds(component: str) -> None:
+    """#39: the device plugin's header said its annotation keys are edited here, and none is.
+    What a header lists as editable must be keys of its config.yaml."""
+    path = DEPLOY / FOLDERS[component] / "01-configmap.yaml"
+    header = _header(path)
+    config, _, _ = manifest_parts(component)
+    keys = " ".join(yaml.safe_load(config))
+    _, said, rest = header.partition("edits without rebuilding the image:")
+    editable = rest.split(". ", 1)[0].lower() if said else ""
+    for word in ("annotation", "label", "port", "resource", "mig", "pod"):
+        if re.search(rf"\b{word}", editable):
+            assert word in keys, f"{path.name} calls {word} keys editable; config.yaml has {keys}"
+
+
+def test_the_device_plugins_header_says_its_annotation_keys_are_not_settings() -> None:
+    """The guide (§3.6) calls annotation keys editable; the header says which are not, and why."""
+    header = _header(DEPLOY / "deviceplugin" / "01-configmap.yaml")
+    fixed = header.split("Not settings", 1)[1]
+    for key in ("lj-runtimekit-scheduler/gpu-assignment", "lj-runtimekit-device-plugin/"):
+        assert key in fixed, header

@@ -29,6 +29,11 @@ from .test_helm import CLUSTER_SCOPED, STANDARD_LABELS
 
 EXTENSIONS = DEPLOY / "helm" / "lj-runtimekit-extensions"
 OPERATOR = DEPLOY / "helm" / "lj-runtimekit-operator"
+#: The full chart's values the lean plan keeps: what its templates read.
+LEAN_VALUES = (
+    *("registry", "version", "imagePullSecrets", "nodeLabel", "resourceNames"),
+    *("runtimeClass", "devicePlugin"),
+)
 OFF = [f"{c}.enabled=false" for c in ("scheduler", "exporter", "controller")]
 
 
@@ -87,6 +92,78 @@ def test_the_extensions_chart_takes_the_full_charts_values_for_what_it_runs() ->
     )
     assert bad.returncode != 0
     assert "devicePlugn" in bad.stderr, "the full chart's schema refuses a typo here too"
+
+
+def test_the_extensions_chart_is_a_chart_of_its_own() -> None:
+    """Its own files (a symlink makes Helm warn on every command and breaks a checkout without
+    symlinks), and of values only what it runs: each of the full chart's values it keeps, with
+    the same default and the same schema, so the two charts mean the same by a key."""
+    links = [str(p.relative_to(EXTENSIONS)) for p in EXTENSIONS.rglob("*") if p.is_symlink()]
+    assert not links, f"symlinks into another chart: {links}"
+    lint = subprocess.run(
+        [str(tool_dir() / "helm"), "lint", str(EXTENSIONS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "symlink" not in (lint.stdout + lint.stderr).lower(), lint.stdout + lint.stderr
+    own = yaml.safe_load((EXTENSIONS / "values.yaml").read_text())
+    full = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert sorted(own) == sorted(LEAN_VALUES), "the values of what the lean plan runs, no others"
+    assert own == {k: full[k] for k in own}, "the full chart's defaults for the same keys"
+    schema = json.loads((EXTENSIONS / "values.schema.json").read_text())
+    full_schema = json.loads((CHART / "values.schema.json").read_text())
+    assert sorted(schema["properties"]) == sorted([*own, "global"])
+    for k in own:
+        assert schema["properties"][k] == full_schema["properties"][k], k
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == full_schema["required"]
+
+
+@pytest.mark.parametrize(
+    "other", ["scheduler.enabled=false", "exporter.config=x", "controller.tag=v1", "monitoring.x=1"]
+)
+def test_the_extensions_chart_refuses_the_values_of_what_it_does_not_run(other: str) -> None:
+    bad = subprocess.run(
+        [str(tool_dir() / "helm"), "template", "x", str(EXTENSIONS), "--set", other],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode != 0, f"{other} was accepted: the lean chart runs no such component"
+    assert "additional properties" in bad.stderr, bad.stderr
+
+
+def test_the_extensions_charts_crds_are_files_equal_to_deploys() -> None:
+    assert not (EXTENSIONS / "crds").is_symlink()
+    for crd in sorted((DEPLOY / "crds").glob("*.yaml")):
+        copy = EXTENSIONS / "crds" / crd.name
+        assert not copy.is_symlink()
+        assert copy.read_text() == crd.read_text(), f"{crd.name}: copy the new CRD"
+
+
+def test_no_chart_holds_a_symlink_and_the_operator_charts_copies_are_byte_equal() -> None:
+    """A symlink makes Helm warn on every command and breaks a checkout without symlinks: each
+    chart holds files; the operator chart's copies of deploy/ are held equal to it here."""
+    links = [str(p.relative_to(DEPLOY)) for p in (DEPLOY / "helm").rglob("*") if p.is_symlink()]
+    assert not links, f"symlinks in the charts: {links}"
+    copies = {
+        OPERATOR / "files" / "operator": DEPLOY / "operator",
+        OPERATOR / "crds": DEPLOY / "crds",
+    }
+    for folder, source in copies.items():
+        names = sorted(p.name for p in folder.iterdir())
+        assert names == sorted(p.name for p in source.glob("*.yaml")), folder
+        for name in names:
+            assert (folder / name).read_bytes() == (source / name).read_bytes(), (
+                f"{folder / name}: copy {source / name} again"
+            )
+    helpers = OPERATOR / "templates" / "_helpers.tpl"
+    assert helpers.read_bytes() == (CHART / "templates" / "_helpers.tpl").read_bytes(), (
+        "the operator chart's helpers are the full chart's (same names in an umbrella chart)"
+    )
 
 
 def _static_operator() -> dict[tuple[str, str, str], Obj]:

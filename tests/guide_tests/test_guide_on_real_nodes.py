@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from lj_runtimekit_interface.podresources.v1 import api_pb2 as pr
 from lj_runtimekit_interface.podresources.v1 import api_pb2_grpc as pr_grpc
@@ -449,6 +450,56 @@ def test_the_helm_chart_installs_runs_and_uninstalls_on_the_real_nodes(
     uninstall = helm(op, "uninstall", "lj-runtimekit", "--namespace", NS, "--wait")
     assert uninstall.returncode == 0, uninstall.stdout + uninstall.stderr
     wait_for("the chart's pods gone", lambda: not op.suite_pods(), 120)
+
+
+def test_the_lean_chart_installs_as_an_umbrellas_subchart_on_the_real_nodes(
+    deployed: RealCluster, tmp_path: Path
+) -> None:
+    """#39: a site's umbrella chart that depends on the lean chart (file://, fetched by ``helm
+    dependency update``) and hands it global values installs: the device plugin Running on every
+    labelled real node, released by the umbrella's release; uninstalled, nothing is left."""
+    op = deployed.operator
+    if op.suite_pods():  # run alone: the deploy fixture's suite would own the same objects
+        op.deploy_all("undeploy", "--yes", "--purge")
+        wait_for("the suite's pods gone", lambda: not op.suite_pods(), 180)
+    lean = DEPLOY / "helm" / "lj-runtimekit-extensions"
+    version = yaml.safe_load((lean / "Chart.yaml").read_text())["version"]
+    site = tmp_path / "site-gpu"
+    site.mkdir()
+    (site / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: site-gpu\nversion: 0.1.0\ndependencies:\n"
+        f"  - name: lj-runtimekit-extensions\n    version: {version}\n"
+        f"    repository: file://{lean}\n"
+    )
+    (site / "values.yaml").write_text(
+        f"global:\n  owner: gpu-team\nlj-runtimekit-extensions:\n  registry: {op.registry}\n"
+    )
+    fetched = helm(op, "dependency", "update", str(site))
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    for node in deployed.named.values():
+        op.label(node.name, True)
+    try:
+        install = helm(
+            op, "install", "site-gpu", str(site), "--namespace", NS, "--wait", "--timeout", "4m",
+        )  # fmt: skip
+        assert install.returncode == 0, install.stdout + install.stderr
+        pods = op.suite_pods()
+        assert all_running(pods), [p["status"].get("phase") for p in pods]
+        assert {p["spec"]["nodeName"] for p in pods} == {n.name for n in deployed.named.values()}
+        for p in pods:
+            labels = p["metadata"]["labels"]
+            assert labels["app"] == "lj-runtimekit-device-plugin", "the lean plan runs only it"
+            assert labels["app.kubernetes.io/instance"] == "site-gpu", "the umbrella's release"
+        listed = helm(op, "list", "--namespace", NS, "-o", "json")
+        [release] = json.loads(listed.stdout)
+        assert (release["name"], release["status"]) == ("site-gpu", "deployed")
+    finally:
+        uninstall = helm(op, "uninstall", "site-gpu", "--namespace", NS, "--wait")
+        for node in deployed.named.values():
+            op.label(node.name, False)
+    assert uninstall.returncode == 0, uninstall.stdout + uninstall.stderr
+    wait_for("the lean chart's pods gone", lambda: not op.suite_pods(), 120)
+    assert op.kubectl("get", "runtimeclass", "lj-runtime", check=False).returncode != 0
 
 
 def helm(op: Operator, *args: str) -> subprocess.CompletedProcess[str]:

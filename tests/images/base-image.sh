@@ -36,7 +36,7 @@ archive="$cache/base-python-$suite-$arch-$recipe.tar"
 mkdir -p "$cache"
 
 if [[ ! -f $archive ]]; then
-  command -v debootstrap >/dev/null || "$here/install-tools.sh"
+  "$here/install-tools.sh" debootstrap
   echo "== base image: debootstrap $suite ($arch) from $mirror with $packages (once per machine)" >&2
   work=$(mktemp -d "$cache/base.XXXXXX")
   trap 'rm -rf "$work"' EXIT

@@ -20,7 +20,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cd "$repo"
 
-"$here/install-tools.sh"
+# buildah only: debootstrap is base-image.sh's (once, and not with PYTHON_IMAGE); skopeo and
+# podman are the bundle tests' (tests/bundle_tests/conftest.py).
+"$here/install-tools.sh" buildah
 BUILDAH=$here/buildah.sh
 export BUILDAH
 bake=docker-bake.hcl

@@ -2,7 +2,9 @@
 (group, resource, verb, name) at a time, the rights RBAC manifests and the apiserver's reviews
 grant in the same shape, and the block of docs/security.md rendered from the list.
 
-Run as a script, it rewrites that block: ``python tests/security_tests/rights.py``.
+and the summary table of docs/deploy.md ("What each component may do") rendered from the same list.
+
+Run as a script, it rewrites both blocks: ``python tests/security_tests/rights.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ ALLOW_LIST = HERE / "effective_rights.yaml"
 DOC = HERE.parents[1] / "docs" / "security.md"
 BEGIN = "<!-- BEGIN exact-rights: rendered from tests/security_tests/effective_rights.yaml -->"
 END = "<!-- END exact-rights -->"
+DEPLOY_DOC = HERE.parents[1] / "docs" / "deploy.md"
+SUMMARY_BEGIN = (
+    "<!-- BEGIN rights-summary: rendered from tests/security_tests/effective_rights.yaml -->"
+)
+SUMMARY_END = "<!-- END rights-summary -->"
+READ_VERBS = ("get", "list", "watch")
 
 Right = tuple[str, str, str, str]
 """(API group, resource with its subresource, verb, object name or "" for any)."""
@@ -205,17 +213,76 @@ def render(allow: AllowList) -> str:
     return "\n".join([*out, "", END])
 
 
-def replace_block(text: str, block: str) -> str:
-    head, sep, rest = text.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
+def _summary_items(a: Account, reads: bool) -> str:
+    """What ``a`` reads (``reads``) or writes: the resources (with their subresource) per verb
+    (reads: per set of read verbs), each tagged "named" where its rule names the objects and
+    "suite's namespace" where a Role grants it there only. The names themselves are in
+    docs/security.md's "Exact rights"."""
+    verbs: dict[str, list[str]] = {}
+    for in_ns, rules in ((False, a.everywhere), (True, a.suite_namespace)):
+        for r in rules:
+            tags = [
+                t
+                for t, on in (("named", r.get("resourceNames")), ("suite's namespace", in_ns))
+                if on
+            ]
+            tag = f" ({', '.join(tags)})" if tags else ""
+            for verb in r["verbs"]:
+                if (verb in READ_VERBS) == reads:
+                    items = verbs.setdefault(verb, [])
+                    items += [
+                        f"`{res}`{tag}"
+                        for res in r.get("resources") or []
+                        if f"`{res}`{tag}" not in items
+                    ]
+    if reads:
+        held: dict[str, list[str]] = {}
+        for verb, items in verbs.items():
+            for item in items:
+                held.setdefault(item, []).append(verb)
+        groups: dict[str, list[str]] = {}
+        for item, vs in held.items():
+            groups.setdefault(", ".join(v for v in READ_VERBS if v in vs), []).append(item)
+        return "; ".join(f"{vs}: {', '.join(items)}" for vs, items in groups.items()) or "nothing"
+    return "; ".join(f"{verb}: {', '.join(items)}" for verb, items in verbs.items()) or "nothing"
+
+
+def render_summary(allow: AllowList) -> str:
+    """The table "What each component may do" of docs/deploy.md, between its markers."""
+    out = [
+        SUMMARY_BEGIN,
+        "",
+        "| ServiceAccount | reads | writes | writes fenced by |",
+        "|---|---|---|---|",
+    ]
+    for a in allow.accounts.values():
+        if not a.everywhere and not a.suite_namespace:
+            out.append(f"| `{a.name}` | nothing | nothing | — |")
+            continue
+        fence = _cell(a.fenced_by) or "—"
+        out.append(
+            f"| `{a.name}` | {_summary_items(a, True)} | {_summary_items(a, False)} | {fence} |"
+        )
+    return "\n".join([*out, "", SUMMARY_END])
+
+
+def replace_block(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
+    head, sep, rest = text.partition(begin)
+    _, sep2, tail = rest.partition(end)
     if not sep or not sep2:
-        raise ValueError(f"docs/security.md lacks the markers {BEGIN!r} … {END!r}")
+        raise ValueError(f"the document lacks the markers {begin!r} … {end!r}")
     return head + block + tail
 
 
 def main() -> int:
-    DOC.write_text(replace_block(DOC.read_text(), render(load())))
+    allow = load()
+    DOC.write_text(replace_block(DOC.read_text(), render(allow)))
     print(f"rewrote the exact-rights block of {DOC}")
+    summary = render_summary(allow)
+    DEPLOY_DOC.write_text(
+        replace_block(DEPLOY_DOC.read_text(), summary, SUMMARY_BEGIN, SUMMARY_END)
+    )
+    print(f"rewrote the rights-summary block of {DEPLOY_DOC}")
     return 0
 
 

@@ -13,12 +13,16 @@ from lj_runtimekit_testkit.manifests import FOLDERS, load_objects, manifest_file
 
 from .conftest import NS
 from .rights import (
+    DEPLOY_DOC,
     DOC,
+    SUMMARY_BEGIN,
+    SUMMARY_END,
     AllowList,
     Right,
     granted_by_manifests,
     load,
     render,
+    render_summary,
     replace_block,
     rights,
 )
@@ -132,3 +136,22 @@ def test_the_exact_rights_block_is_rendered_from_the_allow_list() -> None:
         "docs/security.md's exact-rights block differs from effective_rights.yaml: run "
         "`python tests/security_tests/rights.py`"
     )
+
+
+def test_deploy_mds_table_of_what_each_component_may_do_is_rendered_from_the_allow_list() -> None:
+    """docs/deploy.md's summary is the allow-list's too (#39: it named rights long removed and
+    none of the DRA ones): one row per account, in its order, every resource it reads or writes."""
+    text = DEPLOY_DOC.read_text()
+    section = "\n".join(_lines(text, "## What each component may do"))
+    assert SUMMARY_BEGIN in section, "the table sits in its section"
+    summary = render_summary(ALLOW)
+    assert replace_block(text, summary, SUMMARY_BEGIN, SUMMARY_END) == text, (
+        "docs/deploy.md's rights-summary block differs from effective_rights.yaml: run "
+        "`python tests/security_tests/rights.py`"
+    )
+    [table] = _tables(summary.splitlines())
+    assert [row[0] for row in table[1:]] == [f"`{a}`" for a in ALLOW.accounts]
+    for row, account in zip(table[1:], ALLOW.accounts.values(), strict=True):
+        for _, resource, verb, _ in account.granted(True):
+            cell = row[1] if verb in ("get", "list", "watch") else row[2]
+            assert f"`{resource}`" in cell, (account.name, resource, verb)
