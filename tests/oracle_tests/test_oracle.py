@@ -25,7 +25,10 @@ from lj_runtimekit_testkit.oracle.runner import Harness
 
 from .conftest import CASES, SEED, open_harness
 
-pytestmark = pytest.mark.cluster
+# The module's cases run in the first test's setup: about 150 s on a quiet 2-core machine, over
+# 300 s (the suite's per-test guard) with other suites beside it. Every wait inside has its own
+# deadline naming what it waited for; this guard is only for a hang.
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 RUN = f"seed{SEED}-{CASES}cases"
 SABOTAGED = Path(__file__).with_name("sabotaged_scheduler.py")
 
