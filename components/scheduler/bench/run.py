@@ -40,6 +40,7 @@ from kubernetes import client
 from lj_runtimekit_testkit.bench import Figure, volumes, write
 from lj_runtimekit_testkit.bench.kwok import phase, rss_peak_mib, rss_reset
 from lj_runtimekit_testkit.bench.preemption import install_priorities
+from lj_runtimekit_testkit.bench.scheduler import podgroup_case
 from lj_runtimekit_testkit.bench.scheduler.dra_case import run_dra
 from lj_runtimekit_testkit.bench.scheduler.phases import POOL, Plan, phases
 from lj_runtimekit_testkit.bench.scheduler.podgroup_case import run_podgroups
@@ -70,17 +71,13 @@ def timed(cluster: Cluster, n: int, plan: Plan, pid: int, deadline: float) -> di
 
 
 FIGURES = (
-    ("pods/s", "pods_per_s", "pods/s"),
-    ("p50 create→bound", "p50_s", "s"),
-    ("p99 create→bound", "p99_s", "s"),
-    ("pods bound", "bound", "pods"),
-    ("pods created/s", "created_per_s", "pods/s"),
-    ("peak RSS", "rss_peak_mib", "MiB"),
+    *podgroup_case.FIGURES,
     ("victims", "victims", "pods"),
     ("victims needed", "victims_needed", "pods"),
     ("victims beyond need", "victims_excess", "pods"),
     ("victim nodes no preemptor took", "victim_nodes_untaken", "nodes"),
 )
+"""The PodGroup case's figures (the phases' own) and the preemption phase's victims."""
 
 
 def run(args: argparse.Namespace, n_nodes: int, qps: float, burst: int) -> list[Figure]:
