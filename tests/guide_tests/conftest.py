@@ -31,9 +31,14 @@ class RealCluster:
     work: Path
     named: dict[str, RealNode] = field(default_factory=dict)
 
-    def add_node(self, role: str, inventory: str | None) -> RealNode:
-        """A real node with the Runtime simulator on ``inventory`` and every image loaded."""
-        node = self.nodes.add(inventory=inventory, private_dev=inventory is not None)
+    def add_node(
+        self, role: str, inventory: str | None, *, read_only_port: int = 10255
+    ) -> RealNode:
+        """A real node with the Runtime simulator on ``inventory`` and every image loaded (its
+        kubelet's read-only port closed with ``read_only_port=0``)."""
+        node = self.nodes.add(
+            inventory=inventory, private_dev=inventory is not None, read_only_port=read_only_port
+        )
         load_images(node, self.images)
         self.named[role] = node
         return node

@@ -14,6 +14,8 @@ import functools
 import json
 import shutil
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +53,11 @@ INJECTION_PREFIX = "xdm.amp.com"
 
 @pytest.fixture(scope="module")
 def deployed(real_cluster: RealCluster) -> RealCluster:
-    """§3.2 step 4 and §3.3: two accelerator nodes labelled, then deploy-all.sh deploy."""
+    """§3.2 step 4 and §3.3: two accelerator nodes labelled, then deploy-all.sh deploy. The GPU
+    node's kubelet keeps its read-only port closed (§3.2 step 3 lets a cluster refuse it): the
+    shared-GPU handshake finds its pods without it and without a setting (issue 39)."""
     rc = real_cluster
-    gpu = rc.add_node("gpu", "gpu-8x-nvlink")
+    gpu = rc.add_node("gpu", "gpu-8x-nvlink", read_only_port=0)
     ppu = rc.add_node("ppu", "ppu-8x")
     for node in (gpu, ppu):
         CONTAINERD_AT_START[node.name] = containerd_pid(node)
@@ -265,6 +269,26 @@ def test_a_shared_gpu_workload_gets_its_decision(deployed: RealCluster) -> None:
     assert injection_keys(injected(gpu, pod["metadata"]["uid"]))
 
 
+def test_the_device_plugin_says_where_it_finds_pods_and_falls_back_by_itself(
+    deployed: RealCluster,
+) -> None:
+    """The default ``pods_source: auto``: the apiserver on the GPU node, whose read-only port is
+    closed (the shared workload above got its decision that way), the kubelet on the PPU node."""
+    op, gpu, ppu = deployed.operator, deployed.named["gpu"], deployed.named["ppu"]
+    with pytest.raises(urllib.error.URLError, match="refused"):
+        urllib.request.urlopen(f"http://{gpu.ip}:10255/pods", timeout=5)
+    with urllib.request.urlopen(f"http://{ppu.ip}:10255/pods", timeout=5) as answer:
+        assert answer.status == 200
+
+    def sources(node: RealNode) -> list[str]:
+        lines = [line for line in plugin_log(op, node.name) if line.startswith("{")]
+        return [e["source"] for e in map(json.loads, lines) if e.get("event") == "pods_source"]
+
+    got = wait_for("the GPU node's pods_source line", lambda: sources(gpu), 30)
+    assert got == ["apiserver"], got
+    wait_for("the PPU node's kubelet source", lambda: sources(ppu)[-1:] == ["kubelet"], 90)
+
+
 def test_a_ppu_workload_runs_on_the_ppu_node(deployed: RealCluster) -> None:
     op, ppu = deployed.operator, deployed.named["ppu"]
     pod = run_pod(op, workload("ppu-2", WORK_NS, {"alibabacloud.com/ppu": "2"}))
@@ -313,14 +337,18 @@ def test_kubelet_restart_the_device_plugin_registers_again(deployed: RealCluster
     assert injected(gpu, pod["metadata"]["uid"])
 
 
-def registrations(op: Operator, node: str) -> int:
-    """How many times the device plugin pod on ``node`` registered aliyun.com/gpu (its log)."""
+def plugin_log(op: Operator, node: str) -> list[str]:
+    """The lines the device plugin pod on ``node`` logged."""
     pods = op.json("-n", NS, "get", "pods", "-l", "app=lj-runtimekit-device-plugin")["items"]
     (pod,) = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node]
-    text = op.kubectl("-n", NS, "logs", pod, check=False).stdout
+    return op.kubectl("-n", NS, "logs", pod, check=False).stdout.splitlines()
+
+
+def registrations(op: Operator, node: str) -> int:
+    """How many times the device plugin pod on ``node`` registered aliyun.com/gpu (its log)."""
     return sum(
         1
-        for line in text.splitlines()
+        for line in plugin_log(op, node)
         if '"event": "registered"' in line and '"resource": "aliyun.com/gpu"' in line
     )
 

@@ -47,7 +47,7 @@ async def kubelet_pods(url: str, timeout_s: float = 2.0) -> list[dict[str, Any]]
     except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as e:
         raise PodsUnavailable(
             f"kubelet {url}: {e!r}; is the read-only port open? Otherwise set "
-            "--pods-source=apiserver"
+            "--pods-source=auto or apiserver"
         ) from e
     items = doc.get("items") if isinstance(doc, dict) else None
     if not isinstance(items, list):

@@ -26,6 +26,7 @@ from .kubelet import PodResourcesClient, PodsUnavailable, kubelet_pods
 from .metrics import PluginMetrics
 from .model import Device, RuntimeInfo
 from .pod_events import PodEvents
+from .pods_source import FallbackPods
 from .podview import PodView, pod_state, pod_view
 from .reclaim import Claimed, Listed, Reclaimer
 from .reconcile import PodState
@@ -268,9 +269,11 @@ def _pod_lister(s: Settings, api: Any) -> PodLister | None:
         pods = await node_pods(api, s.node_name)
         return [v for p in pods if (v := pod_view(p)) is not None]
 
-    if s.pods_source == "kubelet":
+    if s.pods_source == "kubelet" or (s.pods_source == "auto" and api is None):
         return from_kubelet
-    return from_apiserver if api is not None else None
+    if s.pods_source == "apiserver":
+        return from_apiserver if api is not None else None
+    return FallbackPods(from_kubelet, from_apiserver, node=s.node_name)
 
 
 def _reclaimer(parts: Parts, reclaiming: Reclaiming) -> Reclaimer:

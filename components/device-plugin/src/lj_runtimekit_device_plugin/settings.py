@@ -27,7 +27,7 @@ PROG = "lj-runtimekit-device-plugin"
 ENV_PREFIX = "LJ_RUNTIMEKIT_DEVICE_PLUGIN_"
 RESOURCE_KINDS = ("gpu", "gpu-core", "gpu-memory", "ppu", "gpu-vfio")
 MIG_STRATEGIES = ("single", "mixed", "none")
-PODS_SOURCES = ("kubelet", "apiserver")
+PODS_SOURCES = ("auto", "kubelet", "apiserver")
 MODES = ("device-plugin", "dra")
 #: How partitions are published in mode dra (dra.offers.STATIC, dra.offers.DYNAMIC).
 PARTITION_POLICIES = ("static", "dynamic")
@@ -101,9 +101,12 @@ class Settings:
         "Seconds Allocate may take in all (the kubelet gives none) before failing clearly.", 10.0
     )
     pods_source: str = _doc(
-        "Where the shared-GPU handshake finds pods: `kubelet` (read-only /pods, the guide's "
-        "way) or `apiserver` (spec.nodeName list, for clusters that keep 10255 closed).",
-        "kubelet",
+        "Where the shared-GPU handshake and the reconciler find this node's pods: `auto` (the "
+        "kubelet's read-only /pods while it answers, else the apiserver's spec.nodeName list; "
+        "the kubelet is asked again a minute later), `kubelet` (read-only /pods only, the "
+        "guide's way) or `apiserver` (the list only, for clusters that keep 10255 closed). The "
+        "log line `pods_source` says which one answers.",
+        "auto",
         choices=PODS_SOURCES,
     )
     kubelet_pods_url: str = _doc(

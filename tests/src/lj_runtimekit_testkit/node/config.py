@@ -47,6 +47,8 @@ class NodeConfig:
     pause_image: str
     cni_bin_dir: str
     cluster_domain: str = "cluster.local"
+    read_only_port: int = 10255
+    """The kubelet's read-only port; 0 closes it (guide §3.2 step 3 lets a cluster refuse it)."""
 
 
 def containerd_config(c: NodeConfig) -> str:
@@ -153,7 +155,7 @@ def kubelet_config(c: NodeConfig) -> str:
         "cgroupsPerQOS": True,
         "makeIPTablesUtilChains": False,
         "protectKernelDefaults": True,
-        "readOnlyPort": 10255,
+        "readOnlyPort": c.read_only_port,
         "port": 10250,
         "healthzBindAddress": "127.0.0.1",
         "healthzPort": KUBELET_HEALTHZ_PORT,

@@ -74,6 +74,8 @@ class RealNode:
     devices: list[FakeDevice] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     ready_deadline_s: float = 120.0
+    read_only_port: int = 10255
+    """The kubelet's read-only port (``/pods``); 0: closed, as in clusters that refuse it."""
     ip: str = ""
     start_s: float = 0.0
     layout: NodeLayout = field(init=False)
@@ -325,6 +327,7 @@ class RealNode:
             cgroup_root=f"/{self.cgroup_root}",
             pause_image=pause_image(),
             cni_bin_dir=str(bins / "cni"),
+            read_only_port=self.read_only_port,
         )
         self._write("/etc/containerd/config.toml", containerd_config(cfg))
         self._write(f"{CNI_CONF_DIR}/10-ljrk-bridge.conflist", cni_conflist(cfg))

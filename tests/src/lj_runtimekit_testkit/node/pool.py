@@ -33,6 +33,7 @@ class RealNodes:
         devices: list[FakeDevice] | None = None,
         labels: dict[str, str] | None = None,
         ready_deadline_s: float = 120.0,
+        read_only_port: int = 10255,
     ) -> RealNode:
         """Start one node and return it once Ready (names ``<prefix>-<i>`` by default)."""
         with self._lock:
@@ -48,6 +49,7 @@ class RealNodes:
             devices=list(devices or []),
             labels=dict(labels or {}),
             ready_deadline_s=ready_deadline_s,
+            read_only_port=read_only_port,
         )
         with self._lock:
             self.nodes.append(node)
