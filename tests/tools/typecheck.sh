@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MYPY=${MYPY:-.venv/bin/mypy}
+# mypy's incremental cache outside the clone, like the binaries (a fresh clone rechecks only what
+# changed: each entry holds its source's hash and the mypy version and options that made it).
+export MYPY_CACHE_DIR=${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lj-runtimekit/mypy}
 
 run() {
   echo "mypy: $*"
