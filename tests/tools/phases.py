@@ -63,7 +63,8 @@ def phases(make: Sequence[str], workers: str) -> list[Phase]:
         ),
         Phase(
             "tests",
-            [*m, "test-suite", f"TEST_WORKERS={workers}"],
+            # the components' unit tests run once, in `isolated`
+            [*m, "test-suite", f"TEST_WORKERS={workers}", "UNITS_ISOLATED=1"],
             needs=("binaries", "images"),
             stream=True,
         ),

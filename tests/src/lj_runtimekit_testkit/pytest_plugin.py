@@ -10,4 +10,5 @@ pytest_plugins = [
     "lj_runtimekit_testkit.kubelet.fixtures",
     "lj_runtimekit_testkit.registry",
     "lj_runtimekit_testkit.workers",
+    "lj_runtimekit_testkit.isolated_units",
 ]
