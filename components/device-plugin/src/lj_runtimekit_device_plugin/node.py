@@ -26,7 +26,7 @@ from .kubelet import PodResourcesClient, PodsUnavailable, kubelet_pods
 from .metrics import PluginMetrics
 from .model import Device, RuntimeInfo
 from .pod_events import PodEvents
-from .pods_source import FallbackPods
+from .pods_source import FallbackPods, PodLister
 from .podview import PodView, pod_state, pod_view
 from .reclaim import Claimed, Listed, Reclaimer
 from .reconcile import PodState
@@ -36,7 +36,6 @@ from .settings import Settings
 
 log = structlog.get_logger(__name__)
 
-PodLister = Callable[[], Awaitable[list[PodView]]]
 Changes = Callable[[View, int], Awaitable[tuple[View, int]]]
 """(the view and handover generation last published) → the next ones to publish."""
 
