@@ -77,18 +77,12 @@ k8s-bin-nerdctl: | k8s-bin-node
 k8s-bin-prometheus: | k8s-bin-registry
 	tests/monitoring_tests/build-prometheus.sh >/dev/null
 
-# The markers of tests that need a peer: the isolated runs leave them out; the main run of `make
-# test` (UNITS_ISOLATED=1) runs only those of components/*/tests (lj_runtimekit_testkit.isolated_units).
-ISOLATED_NEEDS := cluster prometheus containerd realnode images
-ISOLATED_MARK := not $(subst $() , and not ,$(ISOLATED_NEEDS))
-UNITS_ISOLATED ?=
-
 .PHONY: isolation
 isolation: $(UV) ## each component's tests in a venv that holds only that component
 	@for c in $(COMPONENTS); do \
 	  echo "== isolated: $$c"; \
 	  UV_PROJECT_ENVIRONMENT=$(abspath $(BUILD))/venv-$$c $(UV) sync --locked --package lj-runtimekit-$$c --quiet; \
-	  PYTHONPATH=$(abspath proto/src) $(BUILD)/venv-$$c/bin/python -m pytest -q -p no:cacheprovider components/$$c/tests -m "$(ISOLATED_MARK)"; \
+	  PYTHONPATH=$(abspath proto/src) $(BUILD)/venv-$$c/bin/python -m pytest -q -p no:cacheprovider components/$$c/tests -m "not cluster and not prometheus and not containerd and not realnode and not images"; \
 	done
 
 .PHONY: test
@@ -98,9 +92,9 @@ test: ## everything from nothing, phases side by side, ending with their clock (
 # Test files run whole on one worker each (module fixtures start once), longest first
 # (tests/durations.json); the seconds each file took go to build/test-durations.json.
 .PHONY: test-suite
-test-suite: ## every package's tests and tests/, real nodes included, in TEST_WORKERS workers (UNITS_ISOLATED=1: the components' unit tests left to `make isolation`)
+test-suite: ## every package's tests and tests/, real nodes included, in TEST_WORKERS workers
 	$(VENV)/bin/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) \
-	  --durations=20 --lj-durations-out=$(BUILD)/test-durations.json $(if $(UNITS_ISOLATED),--lj-units-isolated) \
+	  --durations=20 --lj-durations-out=$(BUILD)/test-durations.json \
 	  $(PYTEST_ARGS) tests $(wildcard $(foreach c,$(COMPONENTS),components/$(c)/tests))
 
 .PHONY: test-durations

@@ -63,8 +63,7 @@ def phases(make: Sequence[str], workers: str) -> list[Phase]:
         ),
         Phase(
             "tests",
-            # the components' unit tests run once, in `isolated`
-            [*m, "test-suite", f"TEST_WORKERS={workers}", "UNITS_ISOLATED=1"],
+            [*m, "test-suite", f"TEST_WORKERS={workers}"],
             needs=("binaries", "images"),
             stream=True,
         ),

@@ -10,5 +10,4 @@ pytest_plugins = [
     "lj_runtimekit_testkit.kubelet.fixtures",
     "lj_runtimekit_testkit.registry",
     "lj_runtimekit_testkit.workers",
-    "lj_runtimekit_testkit.isolated_units",
 ]
