@@ -37,7 +37,10 @@ class RealCluster:
         """A real node with the Runtime simulator on ``inventory`` and every image loaded (its
         kubelet's read-only port closed with ``read_only_port=0``)."""
         node = self.nodes.add(
-            inventory=inventory, private_dev=inventory is not None, read_only_port=read_only_port
+            inventory=inventory,
+            private_dev=inventory is not None,
+            read_only_port=read_only_port,
+            seed_images=[i.archive for i in self.images],
         )
         load_images(node, self.images)
         self.named[role] = node

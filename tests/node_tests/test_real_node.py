@@ -20,7 +20,7 @@ import structlog
 from kubernetes import client
 
 from lj_runtimekit_testkit.cluster.handle import Cluster
-from lj_runtimekit_testkit.node import RealNode
+from lj_runtimekit_testkit.node import RealNode, seed
 from lj_runtimekit_testkit.node.config import lj_runtime_handler
 
 pytestmark = [pytest.mark.realnode, pytest.mark.cluster]
@@ -245,3 +245,25 @@ def test_a_host_pid_pod_shares_the_node_pid_namespace_whose_pid_1_is_the_supervi
     assert (
         real_node.exec(["cat", "/proc/1/cmdline"]).stdout.split("\0")[1].endswith("supervisor.py")
     )
+
+
+def test_nodes_start_with_the_image_seed_linked_and_their_own_databases(
+    real_node: RealNode, real_nodes: Any, core: client.CoreV1Api, namespace: str
+) -> None:
+    """The seed (lj_runtimekit_testkit.node.seed) gives each node the images without an import:
+    blobs and layers are the seed's files, the databases containerd writes in place are the
+    node's own, and what one node deletes stays on the others."""
+    other = real_nodes.add(inventory="gpu-1x", private_dev=True)
+    root, other_root = (n.host_path("/var/lib/containerd") for n in (real_node, other))
+    blobs = sorted((root / "io.containerd.content.v1.content/blobs/sha256").iterdir())
+    assert blobs
+    assert all(b.stat().st_ino == (other_root / b.relative_to(root)).stat().st_ino for b in blobs)
+    for rel in seed.WRITTEN_IN_PLACE:
+        assert (root / rel).stat().st_ino != (other_root / rel).stat().st_ino, rel
+    other.exec(["ctr", "-n", "k8s.io", "images", "rm", "--sync", PROBE])
+    assert PROBE not in other.exec(["ctr", "-n", "k8s.io", "images", "ls", "-q"]).stdout
+    assert PROBE in real_node.exec(["ctr", "-n", "k8s.io", "images", "ls", "-q"]).stdout
+    assert all(b.exists() for b in blobs)
+    # The node that kept it still runs a pod from it.
+    running = run_pod(core, namespace, probe_pod("after-seed-rm", real_node, ["sleep"]))
+    assert running.status.phase == "Running"

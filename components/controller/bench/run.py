@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--nodes", type=int, default=1000)
     args = p.parse_args(argv)
-    plane = ControlPlane()
+    plane = ControlPlane(watch_cache=True)
     plane.start()
     try:
         figures = asyncio.run(measure(Cluster.from_control_plane(plane), args.nodes))

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, n_nodes: int, qps: float, burst: int) -> list[
     """One control plane with ``n_nodes`` nodes whose two schedulers both use client
     ``qps``/``burst``."""
     work = Path(tempfile.mkdtemp(prefix="lj-sched-bench-"))
-    cp = ControlPlane(work_dir=work, scheduler_client=(qps, burst))
+    cp = ControlPlane(work_dir=work, scheduler_client=(qps, burst), watch_cache=True)
     cp.start()
     ours: subprocess.Popen[bytes] | None = None
     client_label = f"client {qps:g}/{burst}"

@@ -39,7 +39,9 @@ def _serve(state_dir: Path, nodes: int, real_nodes: int, inventory: str) -> int:
     if real_nodes and (reason := host_support()):
         (state_dir / "error.txt").write_text(f"--real-nodes {real_nodes}: {reason}\n")
         return 1
-    control_plane = ControlPlane(work_dir=state_dir / "work", node_network=real_nodes > 0)
+    control_plane = ControlPlane(
+        work_dir=state_dir / "work", node_network=real_nodes > 0, watch_cache=True
+    )
     pool = RealNodes(control_plane)
     started = time.monotonic()
     try:

@@ -56,7 +56,12 @@ class Stack:
             wait_nodes_ready(api, names)
 
     def start_accelerator_node(self, name: str) -> RealNode:
-        node = self.real.add(name, inventory=ACCELERATOR_NODES[name], private_dev=True)
+        node = self.real.add(
+            name,
+            inventory=ACCELERATOR_NODES[name],
+            private_dev=True,
+            seed_images=[i.archive for i in self.images],
+        )
         load_images(node, self.images)
         return node
 

@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lj_runtimekit_testkit.cluster.pki import issue_from_ca
 from lj_runtimekit_testkit.cluster.processes import BinaryProcess, ProcessExited
-from lj_runtimekit_testkit.node import cgroups
+from lj_runtimekit_testkit.node import cgroups, seed
 from lj_runtimekit_testkit.node.binaries import node_binaries_dir, pause_image, require_host
 from lj_runtimekit_testkit.node.config import (
     CNI_CONF_DIR,
@@ -76,6 +76,9 @@ class RealNode:
     ready_deadline_s: float = 120.0
     read_only_port: int = 10255
     """The kubelet's read-only port (``/pods``); 0: closed, as in clusters that refuse it."""
+    seed_images: tuple[Path, ...] = ()
+    """Image archives the node's containerd starts with, besides pause and probe (see
+    :mod:`~lj_runtimekit_testkit.node.seed`); :meth:`import_image` of one of them is a no-op."""
     ip: str = ""
     start_s: float = 0.0
     layout: NodeLayout = field(init=False)
@@ -86,6 +89,7 @@ class RealNode:
     _pid_ns: str = field(default="", init=False)
     _seen: dict[int, str] = field(default_factory=dict, init=False, repr=False)
     _stopped: bool = field(default=False, init=False)
+    _seeded: frozenset[Path] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.layout = NodeLayout(self.root)
@@ -152,7 +156,10 @@ class RealNode:
         return proc
 
     def import_image(self, archive: Path) -> None:
-        """Import one OCI/Docker image archive into the node's containerd (namespace k8s.io)."""
+        """Import one OCI/Docker image archive into the node's containerd (namespace k8s.io);
+        an archive the node was seeded with is there already."""
+        if archive.resolve() in self._seeded:
+            return
         node_view = str(archive)
         if self.layout.host_path(node_view) != archive:  # hidden by a private dir in the node
             staged = self.layout.host_path("/var/lib/lj-import") / archive.name
@@ -311,6 +318,10 @@ class RealNode:
         run(["cp", "-a", "/etc", str(ly.mapping()["/etc"])], "copy /etc for the node")
         for key in ("/run", "/var/lib", "/var/log", "/usr/local"):
             ly.mapping()[key].mkdir(parents=True, exist_ok=True)
+        archives = [bins / "images" / "pause.oci.tar", bins / "images" / "probe.oci.tar"]
+        archives += self.seed_images
+        seed.install(seed.seed_store(bins, archives), ly.host_path("/var/lib/containerd"))
+        self._seeded = frozenset(a.resolve() for a in archives)
         ly.usr_local_work.mkdir(parents=True, exist_ok=True)
         ly.sysctl_dir.mkdir(parents=True, exist_ok=True)
         for key, value in KUBELET_SYSCTLS.items():

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lj_runtimekit_testkit.node.layout import FakeDevice
@@ -34,6 +36,7 @@ class RealNodes:
         labels: dict[str, str] | None = None,
         ready_deadline_s: float = 120.0,
         read_only_port: int = 10255,
+        seed_images: Sequence[Path] = (),
     ) -> RealNode:
         """Start one node and return it once Ready (names ``<prefix>-<i>`` by default)."""
         with self._lock:
@@ -50,6 +53,7 @@ class RealNodes:
             labels=dict(labels or {}),
             ready_deadline_s=ready_deadline_s,
             read_only_port=read_only_port,
+            seed_images=tuple(seed_images),
         )
         with self._lock:
             self.nodes.append(node)

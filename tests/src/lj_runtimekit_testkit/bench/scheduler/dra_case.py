@@ -128,7 +128,7 @@ def run_dra(args: argparse.Namespace) -> list[Figure]:
     qps_text, burst_text = args.dra_client.split("/")
     qps, burst = float(qps_text), int(burst_text)
     work = Path(tempfile.mkdtemp(prefix="lj-sched-bench-dra-"))
-    cp = ControlPlane(work_dir=work, scheduler_client=(qps, burst))
+    cp = ControlPlane(work_dir=work, scheduler_client=(qps, burst), watch_cache=True)
     cp.start()
     ours: subprocess.Popen[bytes] | None = None
     ok = False

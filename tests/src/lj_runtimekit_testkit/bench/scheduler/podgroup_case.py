@@ -79,7 +79,7 @@ def run_podgroups(args: argparse.Namespace, n_nodes: int) -> list[Figure]:
     qps_s, burst_s = args.podgroup_client.split("/")
     qps, burst = float(qps_s), int(burst_s)
     work = Path(tempfile.mkdtemp(prefix="lj-sched-bench-pg-"))
-    cp = ControlPlane(work_dir=work, scheduler_client=(qps, burst))
+    cp = ControlPlane(work_dir=work, scheduler_client=(qps, burst), watch_cache=True)
     cp.start()
     ours: subprocess.Popen[bytes] | None = None
     label = f"client {qps:g}/{burst}"
