@@ -101,8 +101,8 @@ class FakeKube:
         self.policy["metadata"]["finalizers"] = finalizers
         return self.read()
 
-    async def post_event(self, namespace: str, policy: str, **event: str) -> None:
-        self.events.append({"namespace": namespace, "policy": policy, **event})
+    async def post_event(self, policy: str, uid: str, **event: str) -> None:
+        self.events.append({"policy": policy, "uid": uid, **event})
 
 
 class Clock:
@@ -208,11 +208,7 @@ async def test_nodes_still_enabled_at_the_deadline_are_named_once_and_the_suite_
     clock.now += 2
     assert await deletion(kube, clock, deadline=60).step(kube.read()) is True
     [event] = kube.events
-    assert (event["kind"], event["reason"], event["namespace"]) == (
-        "Warning",
-        "NodesNotDisabled",
-        NS,
-    )
+    assert (event["kind"], event["reason"], event["uid"]) == ("Warning", "NodesNotDisabled", "u-1")
     assert "gpu-1: last action disable failed: containerd did not restart" in event["message"]
     assert "keeps the lj-runtime handler" in event["message"]
     degraded = condition(kube, "Degraded")

@@ -35,6 +35,7 @@ class Target:
     """What the teardown needs of the policy, defaults where its spec cannot be read."""
 
     name: str
+    uid: str
     namespace: str
     label: str  # the controller's feature label
     prefix: str  # the device plugin's renamed label prefix ("": the default)
@@ -42,13 +43,13 @@ class Target:
 
 def target(obj: Obj) -> Target:
     meta, old = obj.get("metadata") or {}, obj.get("status") or {}
-    name = str(meta.get("name", ""))
+    name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
     bundle = bundled.load()
     try:
         p = parse(obj, bundle.registry, bundle.version)
     except PolicyError:  # a spec it never followed: what it last applied, and the defaults
         return Target(
-            name, str(old.get("namespace") or DEFAULT_NAMESPACE), teardown.FEATURE_LABEL, ""
+            name, uid, str(old.get("namespace") or DEFAULT_NAMESPACE), teardown.FEATURE_LABEL, ""
         )
     controller = p.component("controller")
     config = controller.config
@@ -56,7 +57,7 @@ def target(obj: Obj) -> Target:
         cm = next(o for o in bundle.objects["controller"] if o["kind"] == "ConfigMap")
         config = str((cm.get("data") or {}).get(render.CONFIG_KEY, ""))
     prefix = p.component("device-plugin").label_prefix
-    return Target(name, p.namespace, teardown.feature_label(config), prefix)
+    return Target(name, uid, p.namespace, teardown.feature_label(config), prefix)
 
 
 def _nodes(items: list[Obj]) -> list[teardown.Node]:
@@ -137,8 +138,8 @@ class Deletion:
         message = teardown.gave_up_message(left, deadline)
         log.error("nodes_not_disabled", policy=t.name, nodes=sorted(left), deadline_s=deadline)
         await self.kube.post_event(
-            t.namespace,
             t.name,
+            t.uid,
             kind="Warning",
             reason=teardown.NODES_NOT_DISABLED,
             message=message,
@@ -208,8 +209,8 @@ class Deletion:
             message = "could not take the suite's labels and annotations off: " + "; ".join(refused)
             log.error("nodes_not_cleaned", policy=t.name, nodes=refused)
             await self.kube.post_event(
-                t.namespace,
                 t.name,
+                t.uid,
                 kind="Warning",
                 reason="NodesNotCleaned",
                 message=message,

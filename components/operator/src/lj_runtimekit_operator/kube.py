@@ -243,16 +243,18 @@ class Kube:
             )
 
     async def post_event(
-        self, namespace: str, policy: str, *, kind: str, reason: str, message: str, now: str
+        self, policy: str, uid: str, *, kind: str, reason: str, message: str, now: str
     ) -> None:
-        """An Event about the policy (cluster-scoped) in ``namespace``: ``kubectl describe
-        runtimekitpolicy`` shows it, and it outlives the policy."""
+        """An Event about the policy: ``kubectl describe runtimekitpolicy`` shows it, and it
+        outlives the policy. The apiserver keeps an Event about a cluster-scoped object in
+        ``default``."""
         body = {
-            "metadata": {"generateName": f"{policy}.", "namespace": namespace},
+            "metadata": {"generateName": f"{policy}.", "namespace": "default"},
             "involvedObject": {
                 "apiVersion": f"{GROUP}/{VERSION}",
                 "kind": "RuntimeKitPolicy",
                 "name": policy,
+                "uid": uid,
             },
             "type": kind,
             "reason": reason,
@@ -263,9 +265,7 @@ class Kube:
             "lastTimestamp": now,
             "count": 1,
         }
-        await self._call(
-            "create_event", "POST", f"/api/v1/namespaces/{namespace}/events", body=body
-        )
+        await self._call("create_event", "POST", "/api/v1/namespaces/default/events", body=body)
 
     async def list_policies(self) -> Obj:
         return await self._call("list_policies", "GET", _POLICIES)
