@@ -8,7 +8,8 @@ every image of the suite (the job agent's too) is pulled from that registry.
 The operator brings every component Ready from the policy; the policy changes — a component off,
 an image tag up (a new tag pushed with crane, as a site mirrors a newer release), a resource
 renamed — and the operator converges; a tag the registry lacks is rolled back with ``Degraded``
-saying why; deleting the policy removes the suite and leaves the node as it was.
+saying why; deleting the policy disables the node (the lj-runtime handler out of containerd),
+then removes the suite and the suite's labels and annotations (#39).
 
 What ``kubectl get runtimekitpolicy -o wide`` showed at each step, with the conditions, is
 written to ``<deploy logs>/operator-steps.txt`` (the closing note quotes it)."""
@@ -37,6 +38,7 @@ pytestmark = [pytest.mark.realnode, pytest.mark.images, pytest.mark.timeout(900)
 
 POLICY = "lj-runtimekit"
 RELEASE = "ljrk"
+RENAMED = "gpu.example.com"
 WORKLOADS = {
     "controller": "deployment/lj-runtimekit-controller",
     "scheduler": "deployment/lj-runtimekit-scheduler",
@@ -116,6 +118,14 @@ class Steps:
         with self.path.open("a") as f:
             f.write(f"## {step}\n$ kubectl get runtimekitpolicy -o wide\n{wide}")
             f.write("\n".join(conditions) + "\n\n")
+
+
+def handler_loaded(node: RealNode) -> bool:
+    """containerd has the lj-runtime handler loaded (its effective config, not only the file)."""
+    out = node.exec(["sh", "-c", "containerd config dump | grep -A 5 lj-runtime"], check=False)
+    # The nodes' pause image also matches the guide's grep: the handler is there when its
+    # BinaryName is (as test_guide_on_real_nodes.py checks it).
+    return "xpu-container-runtime" in out.stdout
 
 
 def gone(op: Operator, workload: str) -> bool:
@@ -267,18 +277,21 @@ def run_the_plan(
     new_version = upgrade_scheduler(op, site, crane, version, steps)
     steps.record(f"scheduler {version} → {new_version}")
 
-    # 4. A resource renamed, through the device plugin's config in the policy.
-    patch(
-        op,
-        {
-            "components": {
-                "devicePlugin": {"config": "version: v1\nresource_gpu: example.com/gpu\n"}
-            }
-        },
-    )
+    # 4. A resource and the label prefix renamed, through the device plugin's config in the
+    # policy: the operator widens the plugin's admission policy to the new prefix (#39), so its
+    # label writes under it are admitted and the old labels go.
+    config = f"version: v1\nresource_gpu: example.com/gpu\nnode_label_prefix: {RENAMED}\n"
+    patch(op, {"components": {"devicePlugin": {"config": config}}})
     wait_for(
         "the new name advertised", lambda: capacity(op, node, "example.com/gpu") == "8", 240, 2
     )
+    wait_for(
+        "the node labelled under the renamed prefix",
+        lambda: op.node(node.name)["metadata"]["labels"].get(f"{RENAMED}/count") == "8",
+        120,
+        2,
+    )
+    assert "lj-runtimekit.aliyun.com/count" not in op.node(node.name)["metadata"]["labels"]
     wait_for("Ready after the rename", lambda: ready(op), 120, 2)
     steps.record("device plugin resource renamed to example.com/gpu")
 
@@ -291,11 +304,17 @@ def run_the_plan(
     steps.record("controller back on a good version")
     assert node.host_pids().get("containerd") == containerd, "containerd was restarted"
 
-    # 6. Delete the policy: the suite goes, the operator and the node stay as they were.
-    labels_before = op.node(node.name)["metadata"]["labels"]
-    op.kubectl("delete", "runtimekitpolicy", POLICY, "--wait=true", "--timeout=240s")
+    # 6. Delete the policy: as deploy-all.sh undeploy does (#39), the node is disabled first (the
+    # controller's disable Job takes the lj-runtime handler out of its containerd), then the
+    # suite goes and with it the suite's labels and annotations; the operator stays.
+    assert handler_loaded(node), "the controller enabled the node"
+    op.kubectl("delete", "runtimekitpolicy", POLICY, "--wait=true", "--timeout=300s")
     wait_for("every component removed", lambda: all(gone(op, w) for w in WORKLOADS.values()), 120)
     assert not gone(op, "deployment/lj-runtimekit-operator")
-    assert op.node(node.name)["metadata"]["labels"] == labels_before
+    assert not handler_loaded(node), "the lj-runtime handler is still loaded in containerd"
+    meta = op.node(node.name)["metadata"]
+    ours = ("lj_runtimekit_enable", "lj-runtimekit.aliyun.com/", f"{RENAMED}/")
+    assert not [k for k in meta.get("labels", {}) if k.startswith(ours)], meta["labels"]
+    assert not [k for k in meta.get("annotations", {}) if k.startswith("lj-runtimekit-")], meta
     assert node.is_active("containerd")
     helm(home, op, "uninstall", RELEASE, "-n", NS)

@@ -22,6 +22,9 @@ from kubernetes_asyncio import client as aclient
 from lj_runtimekit_controller import job_spec
 from lj_runtimekit_controller.partition_layout import from_yaml
 from lj_runtimekit_device_plugin import kube as plugin_kube
+from lj_runtimekit_operator import bundled as operator_bundle
+from lj_runtimekit_operator import policy as operator_policy
+from lj_runtimekit_operator import render as operator_render
 from lj_runtimekit_testkit.manifests import CHART, Obj, tool_dir
 
 from .conftest import NS, Reply, Rig, eventually, kubectl, ok, pod_body
@@ -1811,7 +1814,26 @@ def _label_status(rig: Rig, key: str) -> int:
     return status
 
 
-def test_a_renamed_label_prefix_is_admitted_once_the_chart_names_it_and_no_other(rig: Rig) -> None:
+def _operator_policy(prefix: str) -> dict[str, Any]:
+    """The device plugin's admission policy as the operator renders it for a RuntimeKitPolicy
+    whose device plugin config names ``prefix``."""
+    bundle = operator_bundle.load()
+    config = f"version: v1\nnode_label_prefix: {prefix}\n"
+    obj = {
+        "metadata": {"name": "suite", "uid": "u-1"},
+        "spec": {"namespace": NS, "components": {"devicePlugin": {"config": config}}},
+    }
+    spec = operator_policy.parse(obj, bundle.registry, bundle.version)
+    objs = operator_render.render(spec, "device-plugin", bundle.objects["device-plugin"])
+    [policy] = [
+        o
+        for o in objs
+        if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == DP_POLICY
+    ]
+    return policy
+
+
+def _renamed_prefix_admitted_and_no_other(rig: Rig, renamed: dict[str, Any]) -> None:
     assert _label_status(rig, f"{RENAMED}/count") == 422, "deploy/'s policy admits the default only"
     original = kubectl(rig.cluster, "get", "validatingadmissionpolicy", DP_POLICY, "-o", "yaml")
     try:
@@ -1822,7 +1844,7 @@ def test_a_renamed_label_prefix_is_admitted_once_the_chart_names_it_and_no_other
             "--force-conflicts",
             "-f",
             "-",
-            stdin=yaml.safe_dump(_chart_policy(RENAMED)),
+            stdin=yaml.safe_dump(renamed),
         )
         eventually(
             "the renamed prefix admitted", lambda: _label_status(rig, f"{RENAMED}/count") == 200
@@ -1847,3 +1869,15 @@ def test_a_renamed_label_prefix_is_admitted_once_the_chart_names_it_and_no_other
             stdin=yaml.safe_dump(restored),
         )
         eventually("the default policy back", lambda: _label_status(rig, f"{RENAMED}/count") == 422)
+
+
+def test_a_renamed_label_prefix_is_admitted_once_the_chart_names_it_and_no_other(rig: Rig) -> None:
+    _renamed_prefix_admitted_and_no_other(rig, _chart_policy(RENAMED))
+
+
+def test_a_renamed_label_prefix_is_admitted_once_the_operator_renders_it_and_no_other(
+    rig: Rig,
+) -> None:
+    """The operator path (#39): a RuntimeKitPolicy renaming node_label_prefix renders the
+    plugin's admission policy with the new prefix, as the chart does."""
+    _renamed_prefix_admitted_and_no_other(rig, _operator_policy(RENAMED))

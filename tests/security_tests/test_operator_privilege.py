@@ -82,6 +82,8 @@ class OperatorRig:
     suite: list[Obj]
     """Every object the operator renders for that policy, in apply order."""
     victims: str
+    node: str = ""
+    """A KWOK node whose keys a deleted policy takes off (docs/operator.md, "Delete")."""
 
     def find(self, kind: str, name: str) -> Obj:
         """A deep copy of one rendered object, to bend into an escape."""
@@ -169,7 +171,7 @@ def op(cluster: Cluster) -> Iterator[OperatorRig]:
     cfg.ssl_ca_cert = admin.configuration.ssl_ca_cert
     cfg.api_key = {"authorization": f"Bearer {bound_token(root, holder)}"}
     operator = Operator(client.ApiClient(cfg))
-    rig = OperatorRig(cluster, root, operator, policy, rendered(policy), victims)
+    rig = OperatorRig(cluster, root, operator, policy, rendered(policy), victims, node)
     unlabelled = rig.find("ConfigMap", "lj-runtimekit-exporter")
     del unlabelled["metadata"]["labels"]["app.kubernetes.io/part-of"]
 
@@ -235,7 +237,27 @@ def test_the_operator_installs_watches_and_removes_the_whole_suite_with_its_own_
     held = ok(me("GET", f"{LEASES}/{ACCOUNT}"), "get its Lease")
     held["spec"]["leaseDurationSeconds"] = 15
     ok(me("PUT", f"{LEASES}/{ACCOUNT}", held), "renew its Lease")
-    # The policy deleted: it removes everything it made.
+    # The policy deleted: it takes the suite's keys off the nodes, waits for and removes the
+    # controller's agent Jobs, the NodeDevices, posts an Event (docs/operator.md, "Delete").
+    suite_keys = {
+        "labels": {"lj_runtimekit_enable": "true", "lj-runtimekit.aliyun.com/count": "8"},
+        "annotations": {"lj-runtimekit-controller/last-action-status": "{}"},
+    }
+    ok(op.root("PATCH", f"/api/v1/nodes/{op.node}", {"metadata": suite_keys}), "suite keys")
+    ok(me("GET", "/api/v1/nodes"), "list nodes")
+    off = {part: dict.fromkeys(keys) for part, keys in suite_keys.items()}
+    ok(me("PATCH", f"/api/v1/nodes/{op.node}", {"metadata": off}), "the suite's keys off")
+    ok(me("GET", f"/apis/batch/v1/namespaces/{NS}/jobs"), "list agent Jobs")
+    ok(me("GET", "/apis/lj-runtimekit.aliyun.com/v1/nodedevices"), "list NodeDevices")
+    event = {
+        "metadata": {"generateName": "secop.", "namespace": "default"},
+        "involvedObject": {"apiVersion": policy_mod.API_VERSION, "kind": policy_mod.KIND,
+                           "name": name, "uid": op.policy["metadata"]["uid"]},
+        "type": "Warning",
+        "reason": "NodesNotDisabled",
+        "message": "x",
+    }  # fmt: skip
+    ok(me("POST", "/api/v1/namespaces/default/events", event, query=DRY), "an Event")
     for obj in reversed(op.suite):
         meta = obj["metadata"]
         path = objects.resource(obj).path(meta.get("namespace", ""), meta["name"])
@@ -315,6 +337,25 @@ def _runtime_class(op: OperatorRig) -> Reply:
 
 
 DRY = [("dryRun", "All")]
+
+
+def _node(op: OperatorRig, meta: Obj) -> Reply:
+    return op.operator("PATCH", f"/api/v1/nodes/{op.node}", {"metadata": meta}, query=DRY)
+
+
+def _job_deleted(op: OperatorRig) -> Reply:
+    """A Job of the suite's namespace that is not one of the controller's agent Jobs."""
+    name = f"secop-job-{uuid.uuid4().hex[:6]}"
+    pod = {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}
+    job = {"metadata": {"name": name}, "spec": {"suspend": True, "template": {"spec": pod}}}
+    path = f"/apis/batch/v1/namespaces/{NS}/jobs"
+    ok(op.root("POST", path, job), "a Job")
+    try:
+        return op.operator("DELETE", f"{path}/{name}", query=DRY)
+    finally:
+        op.root("DELETE", f"{path}/{name}")
+
+
 REFUSED: dict[str, tuple[Attempt, int, str]] = {
     # Reads it has no business with.
     "secret-in-kube-system": (
@@ -338,12 +379,13 @@ REFUSED: dict[str, tuple[Attempt, int, str]] = {
         "serviceaccounts/token",
     ),
     # Nodes, pods: the controller's and the kubelet's business.
-    "node-write": (
+    # It may take the suite's keys off a node (a deleted policy); its status never.
+    "node-status-write": (
         lambda op: op.operator(
-            "PATCH", "/api/v1/nodes/x", {"metadata": {"labels": {"a": "b"}}}, query=DRY
+            "PATCH", f"/api/v1/nodes/{op.node}/status", {"status": {"capacity": {}}}, query=DRY
         ),
         403,
-        "nodes",
+        "nodes/status",
     ),
     "pod-create": (
         lambda op: op.operator(
@@ -583,6 +625,25 @@ REFUSED: dict[str, tuple[Attempt, int, str]] = {
         "suite's ServiceAccounts",
     ),
     "runtime-class-to-another-handler": (_runtime_class, 422, "lj-runtime handler"),
+    # A deleted policy may only take the suite's keys off a node, and delete agent Jobs.
+    "node-label-added": (
+        lambda op: _node(op, {"labels": {"lj-runtimekit.aliyun.com/count": "99"}}),
+        422,
+        "take the suite's keys off a node",
+    ),
+    "node-other-label-removed": (
+        lambda op: _node(op, {"labels": {"kubernetes.io/hostname": None}}),
+        422,
+        "take the suite's keys off a node",
+    ),
+    "node-cordoned": (
+        lambda op: op.operator(
+            "PATCH", f"/api/v1/nodes/{op.node}", {"spec": {"unschedulable": True}}, query=DRY
+        ),
+        422,
+        "take the suite's keys off a node",
+    ),
+    "job-not-an-agents": (_job_deleted, 422, "agent Jobs"),
 }
 
 

@@ -6,6 +6,7 @@ a missing tag's pull failing as a kubelet does (KWOK would make any image Ready)
 from __future__ import annotations
 
 import asyncio
+import json
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[3]
 REGISTRY = "registry.test/lj"
+FEATURE = "lj_runtimekit_enable"
+STATUS = "lj-runtimekit-controller/last-action-status"
 #: The device plugin's DRA mode (docs/dra.md): rendered, applied and removed with it.
 DRA_PLUGIN = "lj-runtimekit-dra-plugin"
 DEVICE_CLASSES = [
@@ -94,7 +97,7 @@ async def test_a_policy_installs_converges_and_its_deletion_removes_the_suite(
     before = await asyncio.to_thread(node_state, kube, nodes)
     config = "version: v1\nlog_format: json\nconcurrency: 3\n"
     name = kube.create_policy(spec(kube, controller={"config": config}))
-    await start_operator()
+    first = await start_operator()
 
     await kube.poll(lambda: ready(kube, name), what="the policy Ready")
     for component, kind, workload in ORDER:
@@ -159,11 +162,51 @@ async def test_a_policy_installs_converges_and_its_deletion_removes_the_suite(
     )
     assert kube.workload_image("DaemonSet", "lj-runtimekit-device-plugin")
 
-    # Deleting the policy removes everything it made; the nodes are as they were.
+    await undone_as_undeploy_does(kube, name, nodes, before, first=first, start=start_operator)
+
+
+def controller_result(action: str) -> str:
+    return json.dumps({"action": action, "result": "succeeded", "job": f"lj-agent-x-{action}"})
+
+
+async def undone_as_undeploy_does(
+    kube: Any, name: str, nodes: list[str], before: dict[str, Any], *, first: Any, start: Any
+) -> None:
+    """Deleting the policy undoes it as deploy-all.sh undeploy does (#39): the feature label off,
+    the suite kept until the controller has disabled every node it enabled (played here: KWOK
+    runs no controller), then removed, then its labels and annotations off the nodes; a restart
+    of the operator in the middle goes on where it stopped."""
+    enabled, never = nodes[0], nodes[1]
+    suite = {
+        "labels": {"lj-runtimekit.aliyun.com/count": "8"},
+        "annotations": {STATUS: controller_result("enable"), "lj-runtimekit-scheduler/x": "1"},
+    }
+    kube.core.patch_node(enabled, {"metadata": suite})
     kube.delete_policy(name)
+
+    def waiting() -> str:
+        message = str(kube.condition(name, "Progressing").get("message", ""))
+        return message if "waiting for the controller to disable" in message else ""
+
+    message = await kube.poll(waiting, what="the policy waiting for the nodes")
+    assert f"{enabled}: last action enable succeeded" in message
+    assert never not in message, "a node the controller never enabled needs only the label off"
+    for n in nodes:
+        assert FEATURE not in (kube.core.read_node(n).metadata.labels or {}), n
+    assert ("Deployment", kube.namespace, "lj-runtimekit-controller") in kube.labelled(name)
+    await first.stop()  # a restart mid-teardown: the next leader goes on from the status
+    await start()
+    await kube.poll(waiting, what="the new leader waiting for the nodes too")
+    kube.core.patch_node(
+        enabled, {"metadata": {"annotations": {STATUS: controller_result("disable")}}}
+    )
     await kube.poll(lambda: kube.policy(name) is None, what="the policy gone (finalizer released)")
     assert kube.labelled(name) == []
-    assert await asyncio.to_thread(node_state, kube, nodes) == before
+    after = await asyncio.to_thread(node_state, kube, nodes)
+    for n in nodes:
+        labels, annotations, taints = before[n]
+        expected = ({k: v for k, v in labels.items() if k != FEATURE}, annotations or {}, taints)
+        assert (after[n][0], after[n][1] or {}, after[n][2]) == expected, n
 
 
 async def test_a_version_bump_rolls_out_one_component_at_a_time_in_the_safe_order(

@@ -230,3 +230,55 @@ def test_the_device_plugin_renders_its_dra_daemonset_and_device_classes() -> Non
         if o["kind"] == "DeviceClass":
             assert "namespace" not in o["metadata"]
             assert o["metadata"]["labels"][POLICY_LABEL] == "suite"
+
+
+def _prefixes(objs: list[dict[str, Any]]) -> str:
+    [vap] = [
+        o
+        for o in objs
+        if o["kind"] == "ValidatingAdmissionPolicy"
+        and o["metadata"]["name"] == "lj-runtimekit-device-plugin-own-node"
+    ]
+    [expression] = [v["expression"] for v in vap["spec"]["variables"] if v["name"] == "prefixes"]
+    return str(expression)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (None, "['lj-runtimekit.aliyun.com/']"),
+        ("version: v1\nlog_level: info\n", "['lj-runtimekit.aliyun.com/']"),
+        (
+            "version: v1\nnode_label_prefix: lj-runtimekit.aliyun.com\n",
+            "['lj-runtimekit.aliyun.com/']",
+        ),
+        (
+            "version: v1\nnode_label_prefix: gpu.example.com\n",
+            "['lj-runtimekit.aliyun.com/', 'gpu.example.com/']",
+        ),
+    ],
+    ids=["manifest", "no-prefix", "default", "renamed"],
+)
+def test_a_renamed_label_prefix_is_admitted_by_the_device_plugins_policy_besides_the_default(
+    config: str | None, expected: str
+) -> None:
+    spec = {} if config is None else {"components": {"devicePlugin": {"config": config}}}
+    p = parse(policy(spec), BUNDLE.registry, BUNDLE.version)
+    objs = render.render(p, "device-plugin", BUNDLE.objects["device-plugin"])
+    assert _prefixes(objs) == expected
+    # the manifest's policy says the same for the default (deploy/deviceplugin/02-rbac.yaml)
+    assert _prefixes(list(BUNDLE.objects["device-plugin"])) == "['lj-runtimekit.aliyun.com/']"
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["Gpu.Example.com", "gpu.example.com/", "a'] + ['", "x" * 64, "42", "-a.b"],
+    ids=["upper", "slash", "cel", "long", "number", "dash"],
+)
+def test_a_label_prefix_the_plugin_would_refuse_is_refused_before_it_reaches_the_policy(
+    prefix: str,
+) -> None:
+    config = yaml.safe_dump({"version": "v1", "node_label_prefix": yaml.safe_load(prefix)})
+    spec = {"components": {"devicePlugin": {"config": config}}}
+    with pytest.raises(PolicyError, match=r"devicePlugin\.config: node_label_prefix"):
+        parse(policy(spec), BUNDLE.registry, BUNDLE.version)

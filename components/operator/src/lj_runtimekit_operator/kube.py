@@ -161,6 +161,8 @@ class Kube:
         try:
             data: Obj = json.loads(raw) if raw else {}
         except ValueError as e:
+            if resp.status >= 400:  # a kind it does not serve answers 404 in plain text
+                raise _error(verb, resp.status, raw[:200].decode(errors="replace")) from e
             raise TemporaryError(f"{verb}: the apiserver answered non-JSON ({resp.status})") from e
         if resp.status >= 400:
             raise _error(verb, resp.status, str(data.get("message", resp.reason)))
@@ -224,6 +226,46 @@ class Kube:
         )
         items: list[Obj] = data.get("items") or []
         return items
+
+    async def list_nodes(self) -> list[Obj]:
+        items: list[Obj] = (await self._call("list_nodes", "GET", "/api/v1/nodes")).get(
+            "items"
+        ) or []
+        return items
+
+    async def patch_node(self, name: str, patch: Obj) -> None:
+        """A merge patch of the node's metadata (a deleted policy takes the suite's labels and
+        annotations off; the admission policy lj-runtimekit-operator-writes admits nothing
+        else)."""
+        with contextlib.suppress(NotFound):
+            await self._call(
+                "patch_node", "PATCH", f"/api/v1/nodes/{name}", body=patch, content_type=_MERGE
+            )
+
+    async def post_event(
+        self, policy: str, uid: str, *, kind: str, reason: str, message: str, now: str
+    ) -> None:
+        """An Event about the policy: ``kubectl describe runtimekitpolicy`` shows it, and it
+        outlives the policy. The apiserver keeps an Event about a cluster-scoped object in
+        ``default``."""
+        body = {
+            "metadata": {"generateName": f"{policy}.", "namespace": "default"},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "RuntimeKitPolicy",
+                "name": policy,
+                "uid": uid,
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self._call("create_event", "POST", "/api/v1/namespaces/default/events", body=body)
 
     async def list_policies(self) -> Obj:
         return await self._call("list_policies", "GET", _POLICIES)

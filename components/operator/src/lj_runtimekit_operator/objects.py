@@ -56,7 +56,13 @@ RESOURCES = (
     Resource("apps/v1", "Deployment", "deployments", True),
     Resource("apps/v1", "DaemonSet", "daemonsets", True),
 )
-BY_KIND = {r.kind: r for r in RESOURCES}
+#: What a deleted policy also removes, never applied (docs/operator.md, "Delete"): the agent Jobs
+#: the controller kept (failed ones) and the device plugin's node inventories.
+LEFTOVERS = (
+    Resource("batch/v1", "Job", "jobs", True),
+    Resource("lj-runtimekit.aliyun.com/v1", "NodeDevices", "nodedevices", False),
+)
+BY_KIND = {r.kind: r for r in (*RESOURCES, *LEFTOVERS)}
 ORDER = {r.kind: i for i, r in enumerate(RESOURCES)}
 
 

@@ -84,6 +84,8 @@ BY_NAME = {c.name: c for c in COMPONENTS}
 #: The objects every enabled suite needs whatever its components (the RuntimeClass).
 COMMON = "common"
 JOB_AGENT_IMAGE = "lj-runtimekit-controller-job-agent"
+#: The device plugin's default node label prefix (docs/node-labels.md).
+DEFAULT_LABEL_PREFIX = "lj-runtimekit.aliyun.com"
 
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 # A repository path: lowercase components separated by '/', '.', '_', '__' or '-' (OCI), with an
@@ -104,6 +106,9 @@ class ComponentSpec:
     node_selector: tuple[tuple[str, str], ...] | None  # None: the manifest's
     config: str | None  # None: the manifest's
     job_agent_image: str = ""  # the controller's --job-image
+    #: The device plugin's node_label_prefix when its config names one ("": the default); its
+    #: admission policy must admit label writes under it (render.py)
+    label_prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,23 @@ def _config(value: Any, where: str) -> str | None:
     return text
 
 
+def _label_prefix(config: str | None, where: str) -> str:
+    """The device plugin's ``node_label_prefix`` in ``config`` ("" when it names none or the
+    default), checked as the plugin checks it: it goes into the plugin's admission policy, so
+    nothing but a DNS subdomain may reach it."""
+    if config is None:
+        return ""
+    value = yaml.safe_load(config).get("node_label_prefix")
+    if value is None or value == DEFAULT_LABEL_PREFIX:
+        return ""
+    if not isinstance(value, str) or len(value) > 63 or not k8s_names.is_dns_subdomain(value):
+        raise PolicyError(
+            f"{where}: node_label_prefix {value!r}: expected a DNS subdomain of at most 63 "
+            "characters, lowercase letters, digits, '-' and '.', e.g. gpu.example.com"
+        )
+    return value
+
+
 def parse(obj: Mapping[str, Any], default_registry: str, default_version: str) -> Policy:
     """The policy ``obj`` (as the apiserver returns it) as plain data; raises
     :class:`PolicyError` naming the first field that cannot be used."""
@@ -207,6 +229,8 @@ def parse(obj: Mapping[str, Any], default_registry: str, default_version: str) -
             if not _REPO.fullmatch(agent_repo):
                 raise PolicyError(f"{where}.jobAgentImage: {agent_repo!r} is not a repository")
             agent = f"{agent_repo}:{version}"
+        config = _config(s.get("config"), f"{where}.config")
+        prefix = _label_prefix(config, f"{where}.config") if c.name == "device-plugin" else ""
         out.append(
             ComponentSpec(
                 name=c.name,
@@ -214,8 +238,9 @@ def parse(obj: Mapping[str, Any], default_registry: str, default_version: str) -
                 image=f"{repo}:{version}",
                 version=version,
                 node_selector=_selector(s.get("nodeSelector"), f"{where}.nodeSelector"),
-                config=_config(s.get("config"), f"{where}.config"),
+                config=config,
                 job_agent_image=agent,
+                label_prefix=prefix,
             )
         )
     generation = meta.get("generation")

@@ -4,7 +4,8 @@ Level-based and restartable: everything it must remember between passes (the las
 of each component, a failed image, when a rollout started) is in the policy's status, so a new
 leader goes on where the last one stopped. Decisions are pure (:mod:`.rollout`, :mod:`.status`,
 :mod:`.render`); this module reads the cluster, calls them, and writes what they decided. It
-never touches a node or containerd: it writes only the kinds of :mod:`.objects` and the policy.
+writes only the kinds of :mod:`.objects` and the policy; a deleted policy is undone by
+:mod:`.deletion`, which also takes the suite's labels and annotations off the nodes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import structlog
 
 from . import bundled, render, rollout, status
+from .deletion import Deletion
 from .errors import OperatorError, PolicyError
 from .informer import Informer
 from .kube import Gone, Kube, pod_troubles, workload_view
@@ -26,7 +28,6 @@ from .metrics import Metrics
 from .objects import RESOURCES, Obj, key
 from .policy import (
     COMMON,
-    COMPONENT_LABEL,
     COMPONENTS,
     FINALIZER,
     Component,
@@ -72,6 +73,7 @@ class Reconciler:
             retry=(OperatorError,),
             log=log,
         )
+        self.deletion = Deletion(settings, kube, metrics, clock)
         self._failing: dict[str, str] = {}
         self._applied: dict[str, str] = {}  # component → digest of what was applied last
         self._pruned: set[str] = set()  # disabled components whose objects are gone
@@ -176,28 +178,12 @@ class Reconciler:
         )
 
     async def _tear_down(self, obj: Obj) -> bool:
-        """Delete everything the policy made (nodes untouched: never a kind the operator writes),
-        then let the policy go. True while objects remain."""
-        name = str(_meta(obj)["name"])
-        left = 0
-        for res in reversed(RESOURCES):
-            for item in await self.kube.list_objects(res.kind, render.selector(name)):
-                meta = _meta(item)
-                if not meta.get("deletionTimestamp"):
-                    await self.kube.delete(res.kind, str(meta.get("namespace") or ""), meta["name"])
-                    self.metrics.deletes.labels(
-                        str((meta.get("labels") or {}).get(COMPONENT_LABEL, ""))
-                    ).inc()
-                left += 1
-        if left:
-            log.info("policy_tear_down", policy=name, objects=left)
-            return True
-        finalizers = [f for f in _meta(obj).get("finalizers") or [] if f != FINALIZER]
-        await self.kube.set_finalizers(name, finalizers, str(_meta(obj).get("resourceVersion", "")))
-        log.info("policy_removed", policy=name)
-        self._applied.clear()
-        self._pruned.clear()
-        return False
+        """Undo the deleted policy (:mod:`.deletion`), then let it go. True while it goes on."""
+        busy = await self.deletion.step(obj)
+        if not busy:
+            self._applied.clear()
+            self._pruned.clear()
+        return busy
 
     async def _prune(self, policy: str, component: str, keep: set[Key]) -> int:
         """Delete the component's objects that the policy no longer names; how many."""

@@ -3,8 +3,9 @@
 What changes from deploy/: the namespace (of the objects, of the ServiceAccounts that RBAC
 bindings and admission policies name), the image of the workload's container (and the
 controller's ``--job-image``), its nodeSelector (the DRA DaemonSet keeps its device mode label),
-the ConfigMap's ``config.yaml`` and, so that a config change restarts the pods as a new image
-does, a hash of that config on the pod template.
+the ConfigMap's ``config.yaml``, the label prefixes the device plugin's admission policy admits
+(a renamed ``node_label_prefix`` besides the default, as the chart does) and, so that a config
+change restarts the pods as a new image does, a hash of that config on the pod template.
 Every object gets the labels of the policy and component; namespaced ones an owner reference to
 the policy (a cluster-scoped owner of namespaced dependents is allowed; for the cluster-scoped
 objects the label and the policy's finalizer do the job).
@@ -22,6 +23,7 @@ from .policy import (
     API_VERSION,
     BY_NAME,
     COMPONENT_LABEL,
+    DEFAULT_LABEL_PREFIX,
     KIND,
     MANAGED_BY,
     POLICY_LABEL,
@@ -34,6 +36,28 @@ CONFIG_HASH = "lj-runtimekit.aliyun.com/config-hash"
 _MANIFEST_NAMESPACE = "kube-system"
 #: The node label that puts a node's devices in DRA mode (docs/dra.md).
 DEVICE_MODE_LABEL = "lj_runtimekit_device_mode"
+#: The device plugin's admission policy, and its variable of the label prefixes it may write.
+DEVICE_PLUGIN_POLICY = "lj-runtimekit-device-plugin-own-node"
+PREFIXES_VARIABLE = "prefixes"
+
+
+def prefixes_expression(prefix: str) -> str:
+    """The ``prefixes`` variable of the device plugin's admission policy for ``prefix`` (""
+    the default), as the chart renders it: the default prefix always (its fixed key
+    node-label-prefix, and the labels a rename leaves to remove), and the renamed one."""
+    extra = f", '{prefix}/'" if prefix and prefix != DEFAULT_LABEL_PREFIX else ""
+    return f"['{DEFAULT_LABEL_PREFIX}/'{extra}]"
+
+
+def _label_prefixes(obj: Obj, prefix: str) -> None:
+    if (
+        obj["kind"] != "ValidatingAdmissionPolicy"
+        or obj["metadata"]["name"] != DEVICE_PLUGIN_POLICY
+    ):
+        return
+    for variable in obj["spec"].get("variables") or []:
+        if variable.get("name") == PREFIXES_VARIABLE:
+            variable["expression"] = prefixes_expression(prefix)
 
 
 def labels(policy: str, component: str) -> dict[str, str]:
@@ -129,6 +153,7 @@ def render(policy: Policy, component: str, manifests: Iterable[Obj], image: str 
                 obj.setdefault("data", {})[CONFIG_KEY] = config
             if obj["kind"] in ("Deployment", "DaemonSet"):
                 _workload(obj, spec, image or spec.image, config)
+            _label_prefixes(obj, spec.label_prefix)
         out.append(obj)
     out.sort(key=lambda o: ORDER[o["kind"]])  # stable: file order within a kind
     return out

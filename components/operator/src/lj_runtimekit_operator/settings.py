@@ -24,6 +24,7 @@ ENV_PREFIX = "LJ_RUNTIMEKIT_OPERATOR_"
 #: Checked positive and finite: zero or infinity would spin or never decide.
 POSITIVE = (
     "rollout_deadline",
+    "teardown_deadline",
     "progress_interval",
     "resync_period",
     "kube_api_qps",
@@ -44,6 +45,12 @@ class Settings:
         "back to the last version that was ready (pods in ImagePullBackOff, ErrImagePull or "
         "CrashLoopBackOff fail it at once).",
         300.0,
+    )
+    teardown_deadline: float = _doc(
+        "Seconds a deleted RuntimeKitPolicy waits for the controller to disable the nodes (the "
+        "feature label taken off, the lj-runtime handler out of containerd) before it removes "
+        "the suite anyway, with a Warning Event NodesNotDisabled naming the nodes left enabled.",
+        600.0,
     )
     progress_interval: float = _doc(
         "Seconds between looks at the workloads while a component is rolling out.", 2.0

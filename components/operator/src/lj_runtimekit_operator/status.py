@@ -29,6 +29,24 @@ def _epoch(text: Any) -> float | None:
         return None  # hand-edited: the rollout's clock starts again
 
 
+def epoch(text: Any) -> float | None:
+    """The epoch of a timestamp the status holds; None when absent or not one."""
+    return _epoch(text)
+
+
+def deleting(message: str, gave_up: str, prior: Sequence[Mapping[str, Any]], now: str) -> list[Obj]:
+    """The conditions of a deleted policy while the operator undoes it: not Ready, Progressing
+    (reason Deleting, ``message`` what it waits for), Degraded NodesNotDisabled once the deadline
+    passed with nodes still enabled (``gave_up`` says which)."""
+    return [
+        condition(READY, False, "Deleting", message, prior=prior, now=now),
+        condition(PROGRESSING, True, "Deleting", message, prior=prior, now=now),
+        condition(DEGRADED, True, "NodesNotDisabled", gave_up, prior=prior, now=now)
+        if gave_up
+        else condition(DEGRADED, False, "AsExpected", "", prior=prior, now=now),
+    ]
+
+
 def record_to_json(r: Record) -> Obj:
     out: Obj = {
         "name": r.name,
