@@ -306,8 +306,11 @@ def run_the_plan(
 
     # 6. Delete the policy: as deploy-all.sh undeploy does (#39), the node is disabled first (the
     # controller's disable Job takes the lj-runtime handler out of its containerd), then the
-    # suite goes and with it the suite's labels and annotations; the operator stays.
+    # suite goes and with it the suite's labels and annotations; the operator stays. The prefix
+    # was renamed, so the admin first names it in the operator's own admission policy, as
+    # docs/operator.md says (the operator cannot widen the policy that fences it).
     assert handler_loaded(node), "the controller enabled the node"
+    admit_prefix_removal(op, f"{RENAMED}/")
     op.kubectl("delete", "runtimekitpolicy", POLICY, "--wait=true", "--timeout=300s")
     wait_for("every component removed", lambda: all(gone(op, w) for w in WORKLOADS.values()), 120)
     assert not gone(op, "deployment/lj-runtimekit-operator")
@@ -318,3 +321,22 @@ def run_the_plan(
     assert not [k for k in meta.get("annotations", {}) if k.startswith("lj-runtimekit-")], meta
     assert node.is_active("containerd")
     helm(home, op, "uninstall", RELEASE, "-n", NS)
+
+
+def admit_prefix_removal(op: Operator, prefix: str) -> None:
+    """The admin's step of docs/operator.md for a renamed label prefix: add it to
+    ``labelPrefixes`` of the operator's ValidatingAdmissionPolicy."""
+    vap = op.json("get", "validatingadmissionpolicy", "lj-runtimekit-operator-writes")
+    for variable in vap["spec"]["variables"]:
+        if variable["name"] == "labelPrefixes":
+            prefixes = json.loads(variable["expression"].replace("'", '"'))
+            variable["expression"] = repr([*prefixes, prefix])
+    subprocess.run(
+        [str(tool_dir() / "kubectl"), "replace", "-f", "-"],
+        input=json.dumps(vap),
+        env=op.env(),
+        text=True,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
