@@ -3,7 +3,10 @@ the built images on a real node (kubelet + containerd + runc) with eight GPUs of
 simulator; the operator writes the layouts ConfigMap and the node label, nothing else.
 
 The node goes whole → MIG on two GPUs (one of them held by a pod: the change waits, says so with
-an Event naming the pod, and converges once the pod is deleted) → TDM on two more → refused
+an Event naming the pod, fences both GPUs from new pods — the kubelet's allocatable and
+NodeDevices drop exactly those two, an Event names them and the pod, a restarted device plugin
+finds the fence again, a new pod goes to another GPU — and converges once the pod is deleted,
+the fence lifted) → TDM on two more → refused
 layouts (one the controller judges, one only the hardware can) with their Events and nothing
 changed → two GPUs bound to vfio-pci and the rest whole again (six advertised as
 ``aliyun.com/gpu``, two as ``aliyun.com/gpu-vfio``) → whole, once a VM pod holding a vfio GPU
@@ -79,6 +82,35 @@ def setup(real_cluster: RealCluster) -> Setup:
         0.2,
     )
     return Setup(op, node)
+
+
+def allocatable(op: Operator, node: RealNode) -> str:
+    """The node's allocatable ``aliyun.com/gpu``: its healthy, unfenced units."""
+    return str(op.node(node.name)["status"].get("allocatable", {}).get(GPU, "0"))
+
+
+def fenced_in_nodedevices(op: Operator, node: RealNode) -> list[str]:
+    st = op.json("get", "nodedevices", node.name).get("status") or {}
+    return sorted(d["id"] for d in st.get("devices") or [] if d.get("fenced"))
+
+
+def plugin_pod(op: Operator, node: RealNode) -> dict[str, Any] | None:
+    items = op.json(
+        "-n", NS, "get", "pods", "-l", "app=lj-runtimekit-device-plugin",
+        "--field-selector", f"spec.nodeName={node.name}",
+    )["items"]  # fmt: skip
+    return items[0] if len(items) == 1 else None
+
+
+def fence_holds(op: Operator, node: RealNode, fenced: list[str]) -> None:
+    """Issue 39: exactly ``fenced`` are withheld from new pods, on both paths."""
+    settle(
+        f"allocatable {GPU} without {fenced}",
+        str(8 - len(fenced)),
+        lambda: allocatable(op, node),
+        60,
+    )
+    settle("NodeDevices fenced", sorted(fenced), lambda: fenced_in_nodedevices(op, node), 30)
 
 
 def capacity(op: Operator, node: RealNode) -> dict[str, str]:
@@ -320,6 +352,49 @@ def events(op: Operator, node: RealNode, reason: str) -> list[dict[str, Any]]:
     return op.events(reason, node.name)
 
 
+def fenced_while_waiting(op: Operator, node: RealNode, gpus: list[int]) -> None:
+    """Issue 39, while step-mig waits for the holder: both GPUs it changes are fenced (not only
+    the held one), with an Event; then the holder is deleted."""
+    ids = [f"gpu-{i}" for i in sorted(gpus)]
+    [fenced, *_] = wait_for(
+        "PartitionFenced naming the GPUs and the holder",
+        lambda: [
+            ev
+            for ev in events(op, node, "PartitionFenced")
+            if f"{WORK_NS}/holder" in ev.get("message", "")
+        ],
+        60,
+    )
+    assert all(i in fenced["message"] for i in ids), fenced["message"]
+    fence_holds(op, node, ids)
+    # The device plugin restarted mid-change finds the fence on the node again.
+    old = plugin_pod(op, node)
+    assert old is not None
+    op.kubectl("-n", NS, "delete", "pod", old["metadata"]["name"], "--wait=true")
+    wait_for(
+        "a new device plugin pod ready",
+        lambda: (
+            (p := plugin_pod(op, node)) is not None
+            and p["metadata"]["uid"] != old["metadata"]["uid"]
+            and all_running([p])
+        ),
+        120,
+    )
+    fence_holds(op, node, ids)
+    # A new pod goes to a GPU the change does not wait for.
+    run_pod(op, "newcomer")
+    assert not set(held_by(node, "newcomer")) & set(gpus), held_by(node, "newcomer")
+    op.kubectl("-n", WORK_NS, "delete", "pod", "newcomer", "--wait=true")
+    op.kubectl("-n", WORK_NS, "delete", "pod", "holder", "--wait=true")
+
+
+def unfenced(op: Operator, node: RealNode) -> None:
+    """Issue 39, once the change converged: the fence is lifted, and an Event says so."""
+    wait_for("PartitionUnfenced", lambda: events(op, node, "PartitionUnfenced"), 60)
+    settle("allocatable back", capacity(op, node)[GPU], lambda: allocatable(op, node), 30)
+    assert fenced_in_nodedevices(op, node) == []
+
+
 def test_a_node_goes_whole_mig_tdm_vfio_whole_with_pods_on_other_gpus_undisturbed(
     setup: Setup,
 ) -> None:
@@ -361,11 +436,14 @@ def test_a_node_goes_whole_mig_tdm_vfio_whole_with_pods_on_other_gpus_undisturbe
         200,
     )
     assert f"gpu-{w}" in waiting["message"]
-    assert simulator_state(node)["devices"][f"gpu-{w}"]["mode"] == "none", "changed under a pod"
-    assert simulator_state(node)["devices"][f"gpu-{a}"]["mode"] == "none", "half a layout applied"
-    op.kubectl("-n", WORK_NS, "delete", "pod", "holder", "--wait=true")
+    assert [simulator_state(node)["devices"][f"gpu-{i}"]["mode"] for i in (w, a)] == [
+        "none",
+        "none",
+    ], "changed under a pod, or half a layout applied"
+    fenced_while_waiting(op, node, [w, a])  # and then the holder is deleted
     wait_for("step-mig converged", lambda: converged(op, node, "step-mig"), 240)
     expect(op, node, {w: ("mig", MIG), a: ("mig", MIG)}, "step-mig")
+    unfenced(op, node)
     undisturbed(op, node, keepers)
 
     # 2. TDM on two more GPUs; the MIG GPUs stay as they are.

@@ -1658,6 +1658,13 @@ def test_device_plugin_token_does_all_the_device_plugin_does(rig: Rig, objs: Obj
     assert node["metadata"]["name"] == rig.own_node
     _ok(d("PATCH", _node(rig.own_node), {"metadata": {"labels": {LABEL: "8"}}}), "device label")
     _ok(d("PATCH", _node(rig.own_node), {"metadata": {"labels": {LABEL: None}}}), "drop it")
+    # its node's partition fence (issue 39): list and watch the one node
+    own = [("fieldSelector", f"metadata.name={rig.own_node}")]
+    _ok(d("GET", "/api/v1/nodes", None, query=own), "list its node")
+    _ok(
+        d("GET", "/api/v1/nodes", None, query=[*own, ("watch", "true"), ("timeoutSeconds", 1)]),
+        "watch",
+    )
     q = [("fieldSelector", f"spec.nodeName={rig.own_node}")]
     listed = _ok(d("GET", "/api/v1/pods", None, query=q), "list its node's pods").body
     assert objs.tenant in {p["metadata"]["name"] for p in listed["items"]}

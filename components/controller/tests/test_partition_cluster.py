@@ -232,3 +232,93 @@ async def test_removing_the_label_leaves_the_node_as_it_is(
     await asyncio.sleep(2)
     assert len(ran.seen) == 1
     assert not probe.jobs(node)
+
+
+def fence_of(probe: Any, node: str) -> dict[str, Any] | None:
+    ann = probe.core.read_node(node).metadata.annotations or {}
+    text = ann.get(names.FENCE_ANNOTATION)
+    return json.loads(text) if text else None
+
+
+async def test_a_waiting_layout_fences_its_gpus_across_a_restart_and_lifts_the_fence_when_done(
+    probe: Any, start_controller: Any, kubelet: Any
+) -> None:
+    """Issue 39: the GPUs a waiting change needs are fenced on the node (the annotation the
+    device plugin reads) with an Event naming them and the pods; a new controller keeps the
+    fence it cannot vouch for; convergence lifts it, with an Event."""
+    [node] = await asyncio.to_thread(kubelet.nodes, 1, False)
+    busy = "gpu-1 by default/train/main (a-1)"
+    seen: list[str] = []
+
+    def waiting(action: str, n: str) -> Ending:
+        seen.append(action)
+        text = agent_result(
+            action,
+            n,
+            False,
+            reason="AllocationsLive",
+            message=f"waited: {busy}",
+            devices_waited=["gpu-0", "gpu-1"],
+            blocked_by=[busy],
+        )
+        return "Failed", 7, text
+
+    kubelet.behaviour[node] = waiting
+    await asyncio.to_thread(layouts, probe, {"mig-2": MIG})
+    await asyncio.to_thread(select, probe, node, "mig-2")
+    first = await start_controller(partition_wait_interval=1.0)
+    fence = await probe.poll(lambda: fence_of(probe, node), what="the fence")
+    assert (fence["layout"], fence["devices"], fence["heldBy"]) == (
+        "mig-2",
+        ["gpu-0", "gpu-1"],
+        [busy],
+    )
+    [event] = await probe.poll(lambda: probe.events(node, "PartitionFenced"), what="its Event")
+    assert "gpu-0, gpu-1" in event.message, event.message
+    assert busy in event.message, event.message
+    await probe.poll(lambda: len(seen) >= 3, what="more tries of the same wait")
+    assert len(probe.events(node, "PartitionFenced")) == 1, "one Event for one wait"
+    # A restart mid-change: the new controller does not vouch for the old status, and keeps
+    # the fence until its own agent run says the change ended.
+    await first.stop()
+    tries = len(seen)
+    await start_controller(partition_wait_interval=1.0)
+    await probe.poll(lambda: len(seen) > tries, what="a try by the new controller")
+    assert fence_of(probe, node) is not None, "the fence did not survive the restart"
+    assert not probe.events(node, "PartitionUnfenced")
+    # Done: the fence goes, and says so.
+    kubelet.behaviour[node] = outcome(True, "Converged", "gpu-0, gpu-1: whole → MIG", 0)
+    await probe.poll(lambda: fence_of(probe, node) is None, what="the fence lifted")
+    [lifted] = await probe.poll(lambda: probe.events(node, "PartitionUnfenced"), what="Event")
+    assert "gpu-0, gpu-1" in lifted.message, lifted.message
+    assert "converged" in lifted.message, lifted.message
+    st = pstatus(probe, node)
+    assert st is not None
+    assert st.result == "succeeded"
+
+
+async def test_an_abandoned_layout_lifts_its_fence(
+    probe: Any, start_controller: Any, kubelet: Any
+) -> None:
+    [node] = await asyncio.to_thread(kubelet.nodes, 1, False)
+    kubelet.behaviour[node] = lambda action, n: (
+        "Failed",
+        7,
+        agent_result(
+            action,
+            n,
+            False,
+            reason="AllocationsLive",
+            message="waited: gpu-0 by a/b/c (x)",
+            devices_waited=["gpu-0"],
+            blocked_by=["gpu-0 by a/b/c (x)"],
+        ),
+    )
+    await asyncio.to_thread(layouts, probe, {"mig-2": MIG})
+    await asyncio.to_thread(select, probe, node, "mig-2")
+    await start_controller(partition_wait_interval=30.0)
+    await probe.poll(lambda: fence_of(probe, node), what="the fence")
+    await asyncio.to_thread(select, probe, node, None)
+    await probe.poll(lambda: fence_of(probe, node) is None, what="the fence lifted")
+    [lifted] = await probe.poll(lambda: probe.events(node, "PartitionUnfenced"), what="Event")
+    assert "label was removed" in lifted.message, lifted.message

@@ -1,6 +1,8 @@
 """The whole device plugin on an emulated node of the real apiserver while 2 of its 8 GPUs are
 bound to vfio-pci and back: the node's allocatable, its vfio.count label and its NodeDevices
-object (the CRD's schema keeps each device's binding) follow (issue 22, item 2)."""
+object (the CRD's schema keeps each device's binding) follow (issue 22, item 2). And while 2 are
+fenced by the controller for a partition layout change (issue 39): the same three show exactly
+those withheld, a fence recorded before the plugin started too, and back once it goes."""
 
 from __future__ import annotations
 
@@ -136,3 +138,55 @@ async def test_two_gpus_bound_to_vfio_show_on_the_node_and_its_nodedevices(
                 and set(bindings.values()) == {"DRIVER"}
             ),
         )
+
+
+FENCE = "lj-runtimekit-controller/partition-fence"
+
+
+def _annotate(cluster: Any, name: str, value: str | None) -> None:
+    with cluster.api_client() as api:
+        sync_client.CoreV1Api(api).patch_node(name, {"metadata": {"annotations": {FENCE: value}}})
+
+
+def _fenced(cluster: Any, name: str) -> dict[str, str]:
+    with cluster.api_client() as api:
+        obj: Any = sync_client.CustomObjectsApi(api).get_cluster_custom_object(
+            GROUP, VERSION, PLURAL, name
+        )
+    return {d["id"]: d.get("fenced", "") for d in obj["status"]["devices"] if not d["healthy"]}
+
+
+async def test_gpus_fenced_for_a_layout_change_are_withheld_from_the_start_and_given_back(
+    cluster: Any, crd: None, emulated_gpu_node: Any
+) -> None:
+    node = emulated_gpu_node  # gpu-8x-nvlink
+    fence = (
+        '{"layout":"mig-2","digest":"d","devices":["gpu-0","gpu-1"],'
+        '"heldBy":["gpu-1 by team/train/main (a-1)"]}'
+    )
+    # Recorded before the plugin starts (as after a restart mid-change): read before registering.
+    _annotate(cluster, node.name, fence)
+    async with plugin(cluster, node):
+        await _until(
+            cluster,
+            node.name,
+            lambda alloc, labels, bindings: (
+                alloc.get("aliyun.com/gpu") == "6" and alloc.get("aliyun.com/gpu-core") == "600"
+            ),
+        )
+        fenced = _fenced(cluster, node.name)
+        assert sorted(fenced) == ["gpu-0", "gpu-1"]
+        assert "mig-2" in fenced["gpu-1"]
+        assert "team/train/main" in fenced["gpu-1"]
+        # Lifted: all eight serve again.
+        _annotate(cluster, node.name, None)
+        await _until(
+            cluster, node.name, lambda alloc, labels, bindings: alloc.get("aliyun.com/gpu") == "8"
+        )
+        assert _fenced(cluster, node.name) == {}
+        # Fenced while running: the watch brings it.
+        _annotate(cluster, node.name, fence.replace('"gpu-0",', ""))
+        await _until(
+            cluster, node.name, lambda alloc, labels, bindings: alloc.get("aliyun.com/gpu") == "7"
+        )
+    _annotate(cluster, node.name, None)

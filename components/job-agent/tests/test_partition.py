@@ -196,6 +196,9 @@ async def test_a_gpu_held_by_a_pod_blocks_with_the_pod_named_and_nothing_changed
     assert res["blocked_by"] == [f"gpu-1 by team-a/train-0/main ({held})"]
     assert f"gpu-1 by team-a/train-0/main ({held})" in res["message"]
     assert res["devices_changed"] == []
+    # every GPU the change waits to find free, for the controller to fence (issue 39); gpu-6,
+    # which the layout leaves as it is, keeps serving
+    assert res["devices_waited"] == ["gpu-0", "gpu-1", "gpu-2"]
     assert await state(clients) == ALL_WHOLE  # gpu-0 and gpu-2 were free, and untouched too
     assert sim.calls("SetPartitioning") == 0
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lj_runtimekit_scheduler import objects, quantity
+from lj_runtimekit_scheduler import gpu, objects, quantity
+from lj_runtimekit_scheduler.model import DeviceRequest
 
 
 def container(name: str, **req: str) -> dict[str, Any]:
@@ -278,3 +279,30 @@ def test_gpus_bound_to_vfio_are_not_placed_as_whole_gpus() -> None:
     }
     _, devices = objects.node_devices(raw)
     assert [d.id for d in devices] == ["gpu-0", "gpu-2"]
+
+
+def test_gpus_fenced_for_a_partition_layout_change_get_no_new_pod() -> None:
+    # Issue 39: the GPUs a waiting layout change needs are fenced; the others keep serving.
+    def dev(i: int, fenced: str | None) -> dict[str, object]:
+        d: dict[str, object] = {"id": f"gpu-{i}", "index": i, "memoryBytes": 80 << 30}
+        d["healthy"] = True
+        if fenced is not None:
+            d["fenced"] = fenced
+        return d
+
+    raw = {
+        "metadata": {"name": "n"},
+        "status": {
+            "devices": [dev(0, "fenced for partition layout mig-2"), dev(1, ""), dev(2, None)]
+        },
+    }
+    _, devices = objects.node_devices(raw)
+    assert [(d.id, d.healthy) for d in devices] == [
+        ("gpu-0", False),
+        ("gpu-1", True),
+        ("gpu-2", True),
+    ]
+    # a whole GPU for each of two containers: never the fenced one
+    chosen = gpu.choose(devices, {}, [DeviceRequest("a", gpus=1), DeviceRequest("b", gpus=1)])
+    given_out = {s.device for _, slices in chosen.containers for s in slices}
+    assert given_out == {"gpu-1", "gpu-2"}

@@ -11,7 +11,7 @@ from functools import partial
 
 import structlog
 
-from . import job_spec, names, partitioning, reconcile, status, steps
+from . import fence, job_spec, names, partitioning, reconcile, status, steps
 from .errors import PermanentError, TemporaryError
 from .informer import Informer
 from .kube import Gone, Kube, Obj, job_node, job_view
@@ -306,6 +306,8 @@ class ActionLoop:
         self._recorded.add(job.uid)
         if rec.event is not None:
             await self.kube.node_event(node, *rec.event)
+        if rec.fence is not None:
+            await self._fence(name, rec.fence)
         self.metrics.actions.labels(job.action, rec.result).inc()
         if rec.observe_duration and job.finished:
             self.metrics.duration.labels(job.action).observe(max(job.finished - job.created, 0))
@@ -313,6 +315,50 @@ class ActionLoop:
         if rec.delete_job:
             await self.kube.delete_job(self.s.namespace, job.name)
             self.jobs.pop(job.name, None)
+
+    def _fence_of(self, name: str) -> fence.Fence | None:
+        annotations = self.nodes[name]["metadata"].get("annotations") or {}
+        return fence.parse(annotations.get(names.FENCE_ANNOTATION))
+
+    async def _fence(self, name: str, want: fence.Fence) -> None:
+        """Record the fence of a waiting layout on the node; an Event when it is new or fences
+        other GPUs or pods than before (not at every try of the same wait)."""
+        if not want.devices:
+            return
+        old = self._fence_of(name)
+        if want.same_as(old):
+            return
+        node = await self.kube.annotate_node(name, {names.FENCE_ANNOTATION: want.to_json()})
+        self._store(self.nodes, node)
+        await self.kube.node_event(node, "PartitionFenced", "Normal", fence.fenced_message(want))
+        log.info(
+            "partition_fenced",
+            node=name,
+            layout=want.layout,
+            devices=list(want.devices),
+            held_by=list(want.held_by),
+        )
+
+    async def _lift_fence(self, name: str) -> None:
+        """Lift the node's fence once its change is done or abandoned (:func:`fence.lift_reason`),
+        judged from the partition status this controller vouches for."""
+        node = self.nodes.get(name)
+        current = self._fence_of(name) if node is not None else None
+        if node is None or current is None:
+            return
+        annotations = node["metadata"].get("annotations") or {}
+        text = annotations.get(names.PARTITION_STATUS_ANNOTATION)
+        vouched = self.vouched.get(name, {}).get(names.PARTITION_STATUS_ANNOTATION)
+        believed = partitioning.parse_status(text) if text is not None and text == vouched else None
+        why = fence.lift_reason(current, self.desired_layout(name), believed)
+        if why is None:
+            return
+        node = await self.kube.annotate_node(name, {names.FENCE_ANNOTATION: None})
+        self._store(self.nodes, node)
+        await self.kube.node_event(
+            node, "PartitionUnfenced", "Normal", fence.lifted_message(current, why)
+        )
+        log.info("partition_unfenced", node=name, devices=list(current.devices), reason=why)
 
     async def _forget(self, name: str) -> None:
         """The node left the cache: once the apiserver confirms it is gone (it may only have left
@@ -329,6 +375,7 @@ class ActionLoop:
     async def reconcile(self, name: str) -> None:
         """Take steps for ``name`` until it is in sync or must wait."""
         for _ in range(8):
+            await self._lift_fence(name)
             step = self.step_for(name)
             if step is None:
                 await self._forget(name)

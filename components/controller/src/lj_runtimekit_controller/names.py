@@ -16,6 +16,9 @@ ATTEMPT_KEY: Final = f"{PREFIX}/attempt"
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": PREFIX, "app": "lj-runtimekit-job-agent"}
 MANAGED_SELECTOR: Final = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 PARTITION_STATUS_ANNOTATION: Final = f"{PREFIX}/partition-status"
+FENCE_ANNOTATION: Final = f"{PREFIX}/partition-fence"
+"""The GPUs a waiting layout change fences from new pods (:mod:`.fence`); the device plugin reads
+it (its setting ``fence_annotation``)."""
 LAYOUT_KEY: Final = f"{PREFIX}/layout"
 DIGEST_KEY: Final = f"{PREFIX}/layout-digest"
 FEATURE_ACTIONS: Final = ("enable", "disable")

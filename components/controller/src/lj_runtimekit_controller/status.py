@@ -123,6 +123,10 @@ class AgentResult:
     reason: str
     message: str
     agent_version: str
+    devices_waited: tuple[str, ...] = ()
+    """partition: the GPUs the change waits to find free."""
+    blocked_by: tuple[str, ...] = ()
+    """partition: who holds them (``gpu-0 by ns/pod/container (allocation)``)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,19 @@ class Outcome:
     reason: str
     message: str
     agent_version: str = ""
+    devices_waited: tuple[str, ...] = ()
+    blocked_by: tuple[str, ...] = ()
+
+
+#: At most this many entries of a list of the agent's result are kept, each cut to MAX_WORD.
+MAX_LIST = 64
+
+
+def _words(value: object, size: int = MAX_WORD) -> tuple[str, ...]:
+    """A list of strings of the agent's result, bounded; anything else is none."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v[:size] for v in value[:MAX_LIST] if isinstance(v, str) and v)
 
 
 def agent_result(text: str | None) -> AgentResult | None:
@@ -153,6 +170,8 @@ def agent_result(text: str | None) -> AgentResult | None:
         reason=str(data.get("reason", ""))[:MAX_WORD],
         message=str(data.get("message", ""))[:MAX_MESSAGE],
         agent_version=str(data.get("agent_version", ""))[:MAX_WORD],
+        devices_waited=_words(data.get("devices_waited")),
+        blocked_by=_words(data.get("blocked_by"), 512),
     )
 
 
@@ -197,7 +216,14 @@ def outcome(
             message = f"Job {job} failed ({detail or 'no reason given'}) though the agent said: "
             return Outcome(False, "JobFailed", message + result.message, result.agent_version)
         reason = result.reason or ("Succeeded" if result.succeeded else "AgentFailed")
-        return Outcome(result.succeeded, reason, result.message, result.agent_version)
+        return Outcome(
+            result.succeeded,
+            reason,
+            result.message,
+            result.agent_version,
+            devices_waited=result.devices_waited,
+            blocked_by=result.blocked_by,
+        )
     if completed:
         return Outcome(
             False,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import names, partitioning, reconcile, status
+from .fence import Fence, for_waiting
 
 NextStep = reconcile.Step | partitioning.Refuse
 
@@ -103,6 +104,8 @@ class Recording:
     log_event: str
     log_fields: Mapping[str, object] = field(default_factory=dict)
     delete_job: bool = False
+    fence: Fence | None = None
+    """partition, waiting: the GPUs to fence from new pods while the change waits for them."""
 
 
 def recording(
@@ -222,4 +225,7 @@ def _partition_recording(
             "message": out.message,
         },
         delete_job=result in ("succeeded", "refused"),
+        fence=for_waiting(st, out.devices_waited, out.blocked_by, now_text)
+        if result == "waiting"
+        else None,
     )

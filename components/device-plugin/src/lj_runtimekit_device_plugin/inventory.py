@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .domains import MAX_DEVICES, ids_of, screen
+from .fence import overlay
 from .model import Device, RuntimeInfo
 
 
@@ -30,10 +31,23 @@ class Inventory:
         self._runtime = RuntimeInfo()
         self._generation = 0
         self._cond = asyncio.Condition()
+        self._fenced: dict[str, str] = {}
+        self.fence_known = asyncio.Event()
+        """Set once the node's fence was first read (or there is no apiserver to read it from)."""
 
     def view(self) -> View:
-        devs = tuple(sorted(self._devices.values(), key=lambda d: (d.index, d.id)))
-        return View(self._generation, devs, self._runtime)
+        """The devices, fenced ones unhealthy (:func:`.fence.overlay`)."""
+        devs = sorted(self._devices.values(), key=lambda d: (d.index, d.id))
+        return View(self._generation, overlay(devs, self._fenced), self._runtime)
+
+    async def set_fence(self, fenced: dict[str, str]) -> bool:
+        """Record the node's fence (device id → why); True when it changed the view."""
+        self.fence_known.set()
+        if fenced == self._fenced:
+            return False
+        self._fenced = dict(fenced)
+        await self._bump()
+        return True
 
     async def _bump(self) -> None:
         async with self._cond:

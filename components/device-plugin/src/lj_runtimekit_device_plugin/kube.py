@@ -9,12 +9,12 @@ to the second, which then sees the first's mark).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
 import structlog
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .errors import TemporaryError
@@ -288,3 +288,54 @@ async def read_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str
     return await _read(
         api, f"pod {namespace}/{name}", lambda: core.read_namespaced_pod(name, namespace)
     )
+
+
+class WatchExpired(Exception):
+    """The watch's resourceVersion is too old (410): list again."""
+
+
+async def list_node(api: client.ApiClient, node: str) -> tuple[list[dict[str, Any]], str]:
+    """This node as API JSON (a list of one, field selector ``metadata.name``) and the list's
+    resourceVersion, for the watch of its fence annotation (:mod:`.fence`)."""
+    core = client.CoreV1Api(api)
+    try:
+        got = await core.list_node(field_selector=f"metadata.name={node}")
+    except ApiException as e:
+        raise ApiserverUnavailable(
+            f"listing node {node}: {e.status} {e.reason}: check the plugin's RBAC (nodes list, "
+            "watch)"
+        ) from e
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        raise ApiserverUnavailable(f"listing node {node}: {e}") from e
+    items: list[dict[str, Any]] = [api.sanitize_for_serialization(n) for n in got.items]
+    return items, str(got.metadata.resource_version or "")
+
+
+async def watch_node(
+    api: client.ApiClient, node: str, rv: str
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """This node's changes from ``rv``, as (type, API JSON)."""
+    core = client.CoreV1Api(api)
+    w = watch.Watch()
+    try:
+        async for ev in w.stream(
+            core.list_node,
+            field_selector=f"metadata.name={node}",
+            resource_version=rv,
+            timeout_seconds=300,
+        ):
+            obj = ev["object"]
+            body = obj if isinstance(obj, dict) else api.sanitize_for_serialization(obj)
+            yield ev["type"], body
+    except ApiException as e:
+        if e.status == 410:
+            raise WatchExpired(str(e)[:300]) from e
+        raise ApiserverUnavailable(f"watching node {node}: {e.status} {e.reason}") from e
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        raise ApiserverUnavailable(f"watching node {node}: {e}") from e
+    finally:
+        # not Watch.close(): it would close the ApiClient every other caller shares
+        w.stop()
+        resp: Any = getattr(w, "resp", None)
+        if resp is not None:
+            resp.release()

@@ -64,6 +64,9 @@ class Device:
     partition_modes: frozenset[str] = frozenset()
     """The partition modes (``mig``, ``tdm``) the device can be switched to; empty when it cannot
     be partitioned, and from a Runtime older than the field."""
+    fenced: str = ""
+    """Why the device is fenced from new pods (a partition layout change waits for it; set only
+    by :func:`.fence.overlay`, which also makes it unhealthy); empty when it is not."""
 
     @property
     def vfio(self) -> bool:

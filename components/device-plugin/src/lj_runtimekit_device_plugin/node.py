@@ -17,11 +17,21 @@ from typing import Any, Protocol
 import structlog
 from kubernetes_asyncio.config import ConfigException
 
-from . import lifecycle
+from . import fence, lifecycle
 from .handover import Handover, next_change
 from .health import HealthFollower
+from .informer import Informer
 from .inventory import Inventory, View
-from .kube import ApiserverUnavailable, Publisher, api_client, node_pods, post_event
+from .kube import (
+    ApiserverUnavailable,
+    Publisher,
+    WatchExpired,
+    api_client,
+    list_node,
+    node_pods,
+    post_event,
+    watch_node,
+)
 from .kubelet import PodResourcesClient, PodsUnavailable, kubelet_pods
 from .metrics import PluginMetrics
 from .model import Device, RuntimeInfo
@@ -35,6 +45,9 @@ from .runtime import DriverFacts, RuntimeClient, RuntimeUnavailable, driver_fact
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
+
+#: Seconds registration waits for the node's fence (:func:`fence_read`).
+FENCE_READ_S = 10.0
 
 Changes = Callable[[View, int], Awaitable[tuple[View, int]]]
 """(the view and handover generation last published) → the next ones to publish."""
@@ -100,6 +113,10 @@ class Node(Parts):
         if self.api is not None and s.publish_inventory:
             writer = Publisher(self.api, s.node_name, self.names, label_prefix=s.node_label_prefix)
             tasks.spawn("publish", publish(self.inventory, writer, self.client))
+        if self.api is not None:
+            tasks.spawn("fence", follow_fence(self.api, s.node_name, self.inventory))
+        else:
+            self.inventory.fence_known.set()  # nothing to read it from: nothing is fenced
 
     def health(self, registered: set[str], unregistered: dict[str, str]) -> tuple[bool, str]:
         """(alive, why) for /healthz, with the mode's registration (:func:`health_report`)."""
@@ -183,7 +200,8 @@ def build(parts: Parts, reclaiming: Reclaiming) -> Node:
 async def _track(inventory: Inventory, metrics: PluginMetrics, follower: HealthFollower) -> None:
     view = inventory.view()
     while True:
-        healthy = sum(d.healthy for d in view.devices)
+        # the Runtime's health: a fenced device is unavailable, not unhealthy
+        healthy = sum(d.healthy or bool(d.fenced) for d in view.devices)
         metrics.devices.labels("true").set(healthy)
         metrics.devices.labels("false").set(len(view.devices) - healthy)
         metrics.runtime_up.set(1 if follower.connected.is_set() else 0)
@@ -242,6 +260,63 @@ async def publish(
                 await asyncio.sleep(5)
                 continue
         view, seen = await (changes or changed)(view, seen)
+
+
+async def follow_fence(api: Any, node: str, inventory: Inventory) -> None:
+    """Until cancelled: the node's fence annotation (:mod:`.fence`) into the inventory, on
+    every change of the Node (list, then watch; errors retried with the suite's backoff)."""
+
+    def seen(kind: str, obj: dict[str, Any]) -> None:
+        fenced = {} if kind == "DELETED" else fence.of_node(obj)
+        if fenced != pending[0] or not inventory.fence_known.is_set():
+            pending[0] = fenced
+            wake.set()
+
+    pending: list[dict[str, str]] = [{}]
+    wake = asyncio.Event()
+    informer: Informer[dict[str, Any]] = Informer(
+        "nodes",
+        lambda: list_node(api, node),
+        lambda rv: watch_node(api, node, rv),
+        seen,
+        gone=(WatchExpired,),
+        retry=(ApiserverUnavailable,),
+        resume_after_error=True,
+        log=log.bind(node=node, watch="fence"),
+    )
+
+    async def apply() -> None:
+        while True:
+            await wake.wait()
+            wake.clear()
+            fenced = pending[0]
+            if await inventory.set_fence(fenced):
+                log.info(
+                    "devices_fenced" if fenced else "devices_unfenced",
+                    node=node,
+                    devices=sorted(fenced),
+                    reason=next(iter(fenced.values()), ""),
+                )
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(informer.run())
+        group.create_task(apply())
+
+
+async def fence_read(inventory: Inventory, wait_s: float) -> None:
+    """Return once the node's fence is known, or after ``wait_s`` (logged): a plugin that
+    registered before it would offer fenced GPUs for a moment; one that never registered because
+    the apiserver is away would offer none at all."""
+    try:
+        await asyncio.wait_for(inventory.fence_known.wait(), wait_s)
+    except TimeoutError:
+        log.warning(
+            "fence_unknown",
+            waited_s=wait_s,
+            effect="registering without the node's fence; applied once the apiserver answers",
+            check="the apiserver and the plugin's RBAC (nodes list, watch)",
+            annotation=fence.FENCE_ANNOTATION,
+        )
 
 
 async def _apiserver(s: Settings) -> Any:

@@ -112,6 +112,7 @@ def status(
                 ],
                 "healthy": d.healthy,
                 "healthReason": d.reason,
+                "fenced": d.fenced,
                 "binding": d.binding.upper() if d.binding in ("driver", "vfio") else "OTHER",
             }
         )

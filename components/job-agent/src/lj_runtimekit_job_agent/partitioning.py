@@ -71,8 +71,9 @@ async def converge(
     settings: Settings, layout: Layout, config: ConfigDaemon, known: dict[str, Any]
 ) -> tuple[str, str]:
     """Bring the node's GPUs to ``layout``; (reason, message) on success, else a
-    :class:`JobAgentError` saying what blocks or failed. ``known`` gets ``devices_changed`` and
-    ``blocked_by`` as they are learnt, for the result of a run that fails later."""
+    :class:`JobAgentError` saying what blocks or failed. ``known`` gets ``devices_changed``,
+    ``devices_waited`` and ``blocked_by`` as they are learnt, for the result of a run that fails
+    later."""
     name = f"layout {layout.name!r} ({layout.digest()})"
     async with DeviceDaemon(settings.socket_dir, settings.rpc_timeout) as devices:
         gpus = await devices.list_gpus()
@@ -116,6 +117,9 @@ async def _wait_for_release(
     kubelet cannot say who holds a vfio-bound GPU of it. Never changes anything itself."""
     deadline = time.monotonic() + settings.wait_for_release
     vfio = partition_plan.on_vfio(plan)
+    # every GPU of the plan, not only the held ones: the change waits until all are free at
+    # once, so the controller fences them all from new pods while it waits
+    known["devices_waited"] = tuple(c.gpu.id for c in plan)
     ask_runtime = True
     while True:
         holdings: list[Holding] = []

@@ -61,6 +61,9 @@ class Result:
     """partition: the layout's content hash (Layout.digest)."""
     devices_changed: tuple[str, ...] = ()
     """partition: the GPUs this run changed, by id."""
+    devices_waited: tuple[str, ...] = ()
+    """partition: the GPUs the change must find free (every GPU it changes), by id; on exit 7
+    the controller fences them from new pods until the change is done (docs/partitioning.md)."""
     blocked_by: tuple[str, ...] = ()
     """partition, exit 7: ``gpu-0 by ns/pod/container (allocation id)`` per blocking allocation."""
     time: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -89,7 +92,7 @@ class Result:
 
 
 #: The list fields :meth:`Result.to_json` may cut, and the message length it cuts to first.
-_LISTS = ("containerd_files", "devices_changed", "blocked_by")
+_LISTS = ("containerd_files", "devices_changed", "devices_waited", "blocked_by")
 _MESSAGE_HEAD = 512
 
 

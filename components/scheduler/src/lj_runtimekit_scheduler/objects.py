@@ -329,7 +329,9 @@ def node_devices(
             id=d["id"],
             kind=d.get("kind", "GPU"),
             memory_gib=memory,
-            healthy=d.get("healthy") is True,
+            # fenced: a partition layout change waits for it (docs/partitioning.md); the device
+            # plugin then also reports it unhealthy, but a fence alone is enough to place nothing
+            healthy=d.get("healthy") is True and not d.get("fenced"),
             numa=int(d.get("numaNode", -1)),
             island=int(d.get("nvlinkIsland", -1)),
             index=int(d.get("index", i)),

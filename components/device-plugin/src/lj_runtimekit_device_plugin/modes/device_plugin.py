@@ -16,7 +16,7 @@ from ..handover import Handover
 from ..kube import MarkUpdate, mark_pod
 from ..metrics import PluginMetrics
 from ..model import Injection
-from ..node import Node, Reclaiming
+from ..node import FENCE_READ_S, Node, Reclaiming, fence_read
 from ..podview import PodView
 from . import migration
 from .mode import Registration, first
@@ -55,6 +55,8 @@ class DevicePluginMode:
         self.withdraw_slices(node, tasks)
         # Registering before the first inventory would advertise nothing: wait for it (or stop).
         await first(node.follower.connected.wait(), tasks)
+        # GPUs a partition layout change waits for are fenced before the kubelet hears of any
+        await first(fence_read(node.inventory, FENCE_READ_S), tasks)
         self.register(node, tasks)
 
     def registration(self) -> Registration:

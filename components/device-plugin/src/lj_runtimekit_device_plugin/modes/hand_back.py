@@ -9,7 +9,7 @@ import asyncio
 from .. import lifecycle
 from ..dra.plugin import DraHost
 from ..handover import Handover
-from ..node import Node, Parts, Reclaiming
+from ..node import FENCE_READ_S, Node, Parts, Reclaiming, fence_read
 from . import migration
 from .device_plugin import DevicePluginMode
 from .mode import Registration, first
@@ -40,6 +40,8 @@ class HandBack:
         )
         # Registering before the first inventory would advertise nothing: wait for it (or stop).
         await first(node.follower.connected.wait(), tasks)
+        # GPUs a partition layout change waits for are fenced before the kubelet hears of any
+        await first(fence_read(node.inventory, FENCE_READ_S), tasks)
         if not tasks.stop.is_set():
             # the devices prepared claims hold must be known before the kubelet hears of any
             await first(self.handover.known.wait(), tasks)
