@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from .partitioning import Desired, PartitionStatus
+from .partitioning import Desired, PartitionStatus, annotation_object
 
 #: At most this many GPUs and pods are recorded (a node has far fewer).
 MAX_ITEMS: Final = 64
@@ -71,13 +71,8 @@ def _items(value: object) -> tuple[str, ...]:
 
 def parse(text: str | None) -> Fence | None:
     """The node's fence annotation; None when absent or not one the controller writes."""
-    if not text:
-        return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict):
+    data = annotation_object(text)
+    if data is None:
         return None
     layout, digest = data.get("layout"), data.get("digest")
     if not isinstance(layout, str) or not isinstance(digest, str):

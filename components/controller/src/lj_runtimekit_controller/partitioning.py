@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from .partition_layout import Layout, LayoutError
 from .reconcile import (
@@ -64,15 +65,21 @@ class PartitionStatus:
         return json.dumps(asdict(self), separators=(",", ":"))
 
 
-def parse_status(text: str | None) -> PartitionStatus | None:
-    """The annotation's status, or None when absent or not one the controller wrote."""
+def annotation_object(text: str | None) -> dict[str, Any] | None:
+    """An annotation's JSON object; None when absent, not JSON or not an object."""
     if not text:
         return None
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(data, dict):
+    return data if isinstance(data, dict) else None
+
+
+def parse_status(text: str | None) -> PartitionStatus | None:
+    """The annotation's status, or None when absent or not one the controller wrote."""
+    data = annotation_object(text)
+    if data is None:
         return None
     try:
         st = PartitionStatus(
