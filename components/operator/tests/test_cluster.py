@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parents[3]
 REGISTRY = "registry.test/lj"
 FEATURE = "lj_runtimekit_enable"
 STATUS = "lj-runtimekit-controller/last-action-status"
+TTL = "node.alpha.kubernetes.io/ttl"
 #: The device plugin's DRA mode (docs/dra.md): rendered, applied and removed with it.
 DRA_PLUGIN = "lj-runtimekit-dra-plugin"
 DEVICE_CLASSES = [
@@ -72,9 +74,16 @@ async def kwok_nodes(cluster: Any, kube: Any, n: int = 2) -> list[str]:
 
 
 def node_state(kube: Any, names: list[str]) -> dict[str, Any]:
+    """Each node's labels, annotations and taints, once kube-controller-manager's TTL controller
+    has annotated it (it does so some time after the node is made, whatever the operator does)."""
     out = {}
     for n in names:
         node = kube.core.read_node(n)
+        for _ in range(300):
+            if TTL in (node.metadata.annotations or {}):
+                break
+            time.sleep(0.1)
+            node = kube.core.read_node(n)
         out[n] = (node.metadata.labels, node.metadata.annotations, node.spec.taints)
     return out
 

@@ -54,10 +54,15 @@ class NodeShape:
 def node_manifest(name: str, index: int, shape: NodeShape) -> dict[str, Any]:
     """The Node object for the ``index``-th node: rack and block follow from the index."""
     rack = index // shape.nodes_per_rack
+    # The beta twins of the os/arch labels are there from the start, as a kubelet registers
+    # them: otherwise kube-controller-manager's node lifecycle controller adds them some time
+    # after the node is made, and a test that snapshots a node's labels races it.
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
         "type": "kwok",
         RACK_LABEL: f"rack-{rack}",
         BLOCK_LABEL: f"block-{rack // shape.racks_per_block}",
