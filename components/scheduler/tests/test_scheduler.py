@@ -139,6 +139,46 @@ async def test_gang_waits_whole_then_lands_in_one_block() -> None:
     assert set(edge.bound.values()) == {"a1", "a2"}
 
 
+async def test_a_cluster_change_while_a_gang_binds_does_not_place_it_again() -> None:
+    # seen in the demo beside `make test`: two members parked while they waited for the third,
+    # the gang placed, and a device plugin's confirmation during its binds unparked them; the
+    # gang was placed a second time (other devices, other nodes), whose binds got 409s, and
+    # the scheduler kept counting the second decision
+    sched, edge, _ = setup({"a1": "A", "a2": "A"})
+    group = {
+        "lj-runtimekit-scheduler/pod-group": "g",
+        "lj-runtimekit-scheduler/pod-group-size": "3",
+    }
+    for i in range(2):
+        sched.queue.add(gpu_pod(f"g{i}", {"aliyun.com/gpu": "1"}, **group), 0)
+    await run_until_idle(sched)
+    assert edge.bound == {}
+    release = asyncio.Event()
+    calls: list[str] = []
+    bind = edge.bind
+
+    async def slow_bind(pod: Pod, node: str, annotations: dict[str, str]) -> None:
+        calls.append(pod.name)
+        await release.wait()
+        await bind(pod, node, annotations)
+
+    edge.bind = slow_bind  # type: ignore[method-assign]
+    sched.queue.add(gpu_pod("g2", {"aliyun.com/gpu": "1"}, **group), 0)
+    pod = sched.queue.pop(sched.clock())
+    assert pod is not None
+    sched.schedule(pod)
+    await asyncio.sleep(0.01)
+    assert sorted(calls) == ["g0", "g1", "g2"]
+    decided = {u: sched.state.pods[u][2] for u in ("g0", "g1", "g2")}
+    sched.queue.cluster_changed(sched.clock())  # e.g. a pod confirmed on another node
+    sched.queue.pod_placed(sched.clock())
+    assert sched.queue.pop(sched.clock() + 100) is None, "a member in flight was popped again"
+    release.set()
+    await sched.drain()
+    assert sorted(calls) == ["g0", "g1", "g2"]
+    assert {u: sched.state.pods[u][2] for u in ("g0", "g1", "g2")} == decided
+
+
 async def test_a_member_whose_binding_failed_rejoins_its_gang_s_domain() -> None:
     # block C (one node) is the smallest domain: too small for the gang, not for one member
     sched, edge, _ = setup({"a1": "A", "a2": "A", "c1": "C"})

@@ -121,8 +121,14 @@ class SchedulingQueue:
         return None if e is None else e.pod
 
     def take(self, uid: str) -> None:
-        """Mark a pod in flight without popping it (gang members scheduled together)."""
-        if uid in self._entries:
+        """Mark a pod in flight without popping it (gang members scheduled together).
+
+        A member parked as unschedulable (it waited for the rest of its gang) leaves the parked
+        pods: else the next cluster change would unpark it while its binding is in flight, and
+        its gang would be placed a second time over the first placement."""
+        if (e := self._entries.get(uid)) is not None:
+            e.parked_at = None
+            self._want_pods.discard(uid)
             self._in_heap.discard(uid)
             self._moved.discard(uid)
             self.in_flight.add(uid)
@@ -179,7 +185,7 @@ class SchedulingQueue:
         moved = 0
         for uid in self._want_pods:
             e = self._entries.get(uid)
-            if e is not None and e.parked_at is not None:
+            if e is not None and e.parked_at is not None and uid not in self.in_flight:
                 e.parked_at = None
                 moved += 1
                 if e.ready_at > now:
@@ -194,7 +200,7 @@ class SchedulingQueue:
         active once its backoff ends, or earlier when no other pod is)."""
         moved = 0
         for uid, e in self._entries.items():
-            if e.parked_at is not None:
+            if e.parked_at is not None and uid not in self.in_flight:
                 e.parked_at = None
                 moved += 1
                 if e.ready_at > now:

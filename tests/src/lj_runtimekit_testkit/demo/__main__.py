@@ -107,7 +107,8 @@ def chosen(assignment: str) -> str:
 def table(outcomes: list[Outcome]) -> bool:
     print()
     print(
-        f"{'workload':<16} {'node':<16} {'phase':<9} {'inj':<4} {'alloc':<6} {'series':<7} "
+        f"{'workload':<16} {'node':<16} {'phase':<9} {'inj':<4} {'alloc':<6} {'decided':<11}"
+        f"{'series':<7} "
         "ok  GPUs chosen / reason"
     )
     for o in outcomes:
