@@ -154,12 +154,21 @@ image_versions = $(if $(lj_runtimekit_version),lj_runtimekit_version=$(lj_runtim
 # locally for images).
 PYTHON_IMAGE ?=
 UV_IMAGE ?=
+# `make docker PUSH=1`: push the images to $(REGISTRY) instead of writing OCI archives.
+PUSH ?=
 
 .PHONY: docker
-docker: generate ## build the component images, each tagged with its own version (needs Docker + buildx)
-	REGISTRY=$(REGISTRY) $(image_versions) \
-	  docker buildx bake $(strip $(if $(PYTHON_IMAGE),--set '*.args.PYTHON_IMAGE=$(PYTHON_IMAGE)') \
-	    $(if $(UV_IMAGE),--set '*.args.UV_IMAGE=$(UV_IMAGE)') $(COMPONENTS))
+docker: $(SETUP) ## the six images from docker-bake.hcl by BuildKit: Docker's buildx, else BuildKit + buildx built here (OCI archives in build/docker, PUSH=1 pushes)
+	@if docker buildx version >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
+	  echo "== make docker: docker buildx bake (Docker engine)"; \
+	  REGISTRY=$(REGISTRY) $(image_versions) \
+	    docker buildx bake $(strip $(if $(PYTHON_IMAGE),--set '*.args.PYTHON_IMAGE=$(PYTHON_IMAGE)') \
+	      $(if $(UV_IMAGE),--set '*.args.UV_IMAGE=$(UV_IMAGE)') $(if $(PUSH),--push) $(COMPONENTS)); \
+	else \
+	  echo "== make docker: no Docker engine: buildx bake on a BuildKit daemon of our own (tests/images/docker-bake.sh)"; \
+	  REGISTRY=$(REGISTRY) COMPONENTS="$(COMPONENTS)" UV=$(UV) OUT=$(BUILD)/docker PUSH=$(PUSH) \
+	    $(image_versions) PYTHON_IMAGE=$(PYTHON_IMAGE) UV_IMAGE=$(UV_IMAGE) tests/images/docker-bake.sh; \
+	fi
 
 # It installs buildah (and debootstrap, once, for the local base image) from Debian when missing,
 # and nothing else: skopeo and podman are the bundle tests' own (README, "What each target needs";

@@ -45,45 +45,22 @@ bake_tag() { # the tag template of a docker-bake.hcl target
   awk -v t="\"$1\"" '$1 == "target" && $2 == t {f = 1} f && $1 == "tags" {
     sub(/^[^[]*\[ *"/, ""); sub(/" *\].*$/, ""); print; exit}' "$bake"
 }
-dockerfile_arg() { # the default of a Dockerfile ARG
-  sed -nE "s/^ARG $2=(.*)$/\1/p" "$1"
-}
 registry=${REGISTRY:-$(bake_default REGISTRY)}
 source_label=$(sed -nE 's/^ *"org\.opencontainers\.image\.source" *= *"([^"]+)".*/\1/p' "$bake")
 
 # The base image and the uv binary: a mirror's when given, else made here.
-python_image=${PYTHON_IMAGE:-localhost/lj-runtimekit/base-python:bookworm}
-if [[ -z ${PYTHON_IMAGE:-} ]]; then
-  BASE_IMAGE=$python_image "$here/base-image.sh" >/dev/null
-fi
-if [[ -n ${UV_IMAGE:-} ]]; then
-  uv_image=$UV_IMAGE
-else
-  # Same uv as the Dockerfiles' default image (ghcr.io/astral-sh/uv:<version>), from the venv's
-  # pinned binary: one place pins it (the Makefile's UV_VERSION).
-  uv_version=$(dockerfile_arg components/exporter/Dockerfile UV_IMAGE); uv_version=${uv_version##*:}
-  uv_bin=${UV:-.venv/bin/uv}
-  have=$("$uv_bin" --version | awk '{print $2}')
-  [[ $have == "$uv_version" ]] || {
-    echo "$uv_bin is uv $have, the Dockerfiles pin $uv_version: run make setup" >&2; exit 1; }
-  uv_image=localhost/lj-runtimekit/uv:$uv_version
-  if ! $BUILDAH inspect --type image "$uv_image" >/dev/null 2>&1; then
-    echo "== uv image: $uv_image from $uv_bin" >&2
-    ctr=$($BUILDAH from scratch)
-    $BUILDAH copy --chmod 0755 "$ctr" "$uv_bin" /uv >/dev/null
-    $BUILDAH config --entrypoint '["/uv"]' --os linux --arch "$(dpkg --print-architecture)" "$ctr"
-    $BUILDAH commit --quiet --rm "$ctr" "$uv_image" >/dev/null
-  fi
-fi
+bases_line=$("$here/local-bases.sh" | tail -n1)
+read -r python_image uv_image <<< "$bases_line"
 image_id() { $BUILDAH inspect --type image --format '{{.FromImageID}}' "$1"; }
 bases="$python_image=$(image_id "$python_image") $uv_image=$(image_id "$uv_image")"
 
 # The build reaches PyPI with the CAs this machine trusts (a site's TLS-intercepting proxy CA is
-# usually only there): its bundle is mounted for the RUN steps, not copied into the image.
+# usually only there): its bundle is the Dockerfiles' secret "ca-certificates", mounted for the
+# RUN that downloads, not copied into the image.
 ca_bundle=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
 trust=()
 if [[ -f $ca_bundle ]]; then
-  trust=(--volume "$(readlink -f "$ca_bundle"):/run/lj-runtimekit/ca-certificates.crt:ro"
+  trust=(--secret "id=ca-certificates,src=$(readlink -f "$ca_bundle")"
     --build-arg SSL_CERT_FILE=/run/lj-runtimekit/ca-certificates.crt)
 fi
 
