@@ -284,6 +284,32 @@ def test_the_operator_charts_documented_values_pass_its_schema() -> None:
     assert policy["spec"]["registry"] == "mirror.example/gpu"
 
 
+def test_the_operator_chart_lets_its_admission_policy_take_renamed_keys_off_nodes() -> None:
+    # a renamed feature label or device plugin prefix: the chart's values, not a hand edit
+    objs = render(
+        OPERATOR,
+        "operator.extraFeatureLabels[0]=site.example/gpu",
+        "operator.extraLabelPrefixes[0]=gpu.site.example",
+    )
+    [vap] = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"]
+    variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
+    assert variables["featureLabels"] == """['lj_runtimekit_enable'] + ["site.example/gpu"]"""
+    assert variables["labelPrefixes"] == """['lj-runtimekit.aliyun.com/'] + ["gpu.site.example/"]"""
+    [plain] = [o for o in render(OPERATOR) if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert {v["name"]: v["expression"] for v in plain["spec"]["variables"]}["labelPrefixes"] == (
+        "['lj-runtimekit.aliyun.com/']"
+    )
+    bad = subprocess.run(
+        [str(tool_dir() / "helm"), "template", "x", str(OPERATOR)]
+        + ["--set", "operator.extraLabelPrefixes[0]=gpu.site.example/"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode != 0 and "/operator/extraLabelPrefixes/0" in bad.stderr, bad.stderr
+
+
 def test_the_operator_charts_crds_are_deploys() -> None:
     crds = {
         o["metadata"]["name"]: o
