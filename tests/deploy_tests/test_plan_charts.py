@@ -300,14 +300,17 @@ def test_the_operator_chart_lets_its_admission_policy_take_renamed_keys_off_node
         "['lj-runtimekit.aliyun.com/']"
     )
     bad = subprocess.run(
-        [str(tool_dir() / "helm"), "template", "x", str(OPERATOR)]
-        + ["--set", "operator.extraLabelPrefixes[0]=gpu.site.example/"],
+        [
+            *(str(tool_dir() / "helm"), "template", "x", str(OPERATOR)),
+            *("--set", "operator.extraLabelPrefixes[0]=gpu.site.example/"),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert bad.returncode != 0 and "/operator/extraLabelPrefixes/0" in bad.stderr, bad.stderr
+    assert bad.returncode != 0, "a prefix with its / was accepted"
+    assert "/operator/extraLabelPrefixes/0" in bad.stderr, bad.stderr
 
 
 def test_the_operator_charts_crds_are_deploys() -> None:
