@@ -108,6 +108,8 @@ class StandInKubelet:
     ended: int = 0
     agent_result = staticmethod(agent_result)
     _done: set[str] = field(default_factory=set)
+    args: dict[str, list[list[str]]] = field(default_factory=dict)
+    """node → the agent args of each Job pod it ended, in order."""
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def nodes(self, n: int, enable: bool, prefix: str = "agent") -> list[str]:
@@ -131,6 +133,7 @@ class StandInKubelet:
         if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
             return
         args = spec.containers[0].args or []
+        self.args.setdefault(node, []).append(list(args))
         phase, code, message = self.behaviour[node](args[0] if args else "", node)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         statuses = [

@@ -91,3 +91,18 @@ def test_a_partition_job_also_reads_the_kubelets_pod_resources_directory(
     (mount,) = (m for m in agent["volumeMounts"] if m["name"] == "kubelet-pod-resources")
     assert mount == {"name": "kubelet-pod-resources", "mountPath": directory, "readOnly": True}
     assert f"--pod-resources-socket={directory}/kubelet.sock" in agent["args"]
+
+
+def test_only_a_partition_job_s_first_look_does_not_wait_and_it_overrides_the_operator() -> None:
+    """A layout not fenced yet: its Job reports the GPUs in use at once (the controller then
+    fences them); its last arg, so the operator's own ``--wait-for-release`` does not win."""
+    t = job_spec.JobTemplate(image=IMAGE, agent_args=("--wait-for-release=120",))
+
+    def args(action: str, first_look: bool) -> list[str]:
+        m = job_spec.manifest(t, "gpu-1", action, 1, first_look=first_look)
+        out: list[str] = m["spec"]["template"]["spec"]["containers"][0]["args"]
+        return out
+
+    assert args("partition", True)[-2:] == ["--wait-for-release=120", "--wait-for-release=0"]
+    assert "--wait-for-release=0" not in args("partition", False)
+    assert "--wait-for-release=0" not in args("enable", True)

@@ -278,6 +278,10 @@ async def test_a_waiting_layout_fences_its_gpus_across_a_restart_and_lifts_the_f
     assert busy in event.message, event.message
     await probe.poll(lambda: len(seen) >= 3, what="more tries of the same wait")
     assert len(probe.events(node, "PartitionFenced")) == 1, "one Event for one wait"
+    # the first try only looks (the GPUs are fenced before any try waits); the fenced ones wait
+    looks = [a for a in kubelet.args[node] if a[0] == "partition"]
+    assert looks[0][-1] == "--wait-for-release=0", looks[0]
+    assert all("--wait-for-release=0" not in a for a in looks[1:]), looks
     # A restart mid-change: the new controller does not vouch for the old status, and keeps
     # the fence until its own agent run says the change ended.
     await first.stop()

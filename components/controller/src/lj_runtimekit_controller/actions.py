@@ -236,12 +236,19 @@ class ActionLoop:
                     self.nodes, await self.kube.annotate_node(name, {names.RETRY_ANNOTATION: None})
                 )
             layout = None
+            first_look = False
             if step.action == partitioning.ACTION:
                 want = self.desired_layout(name)
                 layout = want.layout if want is not None else None
-                if layout is None:
+                if want is None or layout is None:
                     return  # the label or the ConfigMap changed since the decision: ask again
-            manifest = job_spec.manifest(self.template, name, step.action, step.attempt, layout)
+                # not fenced for this layout yet: the agent reports the GPUs in use at once, so
+                # they are fenced from new pods before any try waits for them
+                held = self._fence_of(name)
+                first_look = held is None or (held.layout, held.digest) != (want.name, want.digest)
+            manifest = job_spec.manifest(
+                self.template, name, step.action, step.attempt, layout, first_look=first_look
+            )
             self._store(self.jobs, await self.kube.create_job(manifest))
         finally:
             self._reserved -= 1

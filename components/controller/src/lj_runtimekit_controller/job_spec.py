@@ -34,7 +34,13 @@ class JobTemplate:
 
 
 def manifest(
-    t: JobTemplate, node: str, action: str, attempt: int, layout: Layout | None = None
+    t: JobTemplate,
+    node: str,
+    action: str,
+    attempt: int,
+    layout: Layout | None = None,
+    *,
+    first_look: bool = False,
 ) -> dict[str, Any]:
     """The Job ``lj-agent-<node>-<action>``: pinned to ``node``, tolerating every taint, with the
     host paths the agent edits (containerd's config dir, the Runtime's socket dir) and host PID
@@ -42,7 +48,10 @@ def manifest(
     ``partition`` Job carries its layout as the agent's ``--layout`` (canonical JSON) and names
     it, with its digest, in annotations; it alone also mounts the kubelet's pod-resources
     directory, read-only, for the agent to ask which pods hold a GPU bound to vfio-pci (the
-    Runtime allocates nothing for those) before changing it."""
+    Runtime allocates nothing for those) before changing it. A ``first_look`` partition Job (its
+    layout fences nothing on the node yet) does not wait for GPUs in use (``--wait-for-release=0``,
+    after the operator's own agent args): it reports them at once, so the controller fences them
+    from new pods before any try waits."""
     name = names.job_name(node, action)
     labels = {**names.MANAGED_BY, names.NODE_KEY: names.label_value(node), names.ACTION_KEY: action}
     annotations = {names.NODE_KEY: node, names.ATTEMPT_KEY: str(attempt)}
@@ -91,6 +100,7 @@ def manifest(
             *layout_args,
             *pod_resources_args,
             *t.agent_args,
+            *(["--wait-for-release=0"] if first_look and action == "partition" else []),
         ],
         "env": [{"name": "NODE_NAME", "value": node}],
         # The one documented exception to the suite's pod security (docs/security.md): nsenter
