@@ -8,15 +8,14 @@
 #      `remote` driver, its config in a folder of its own (~/.docker is not touched).
 #   2. The FROM images: a mirror's (PYTHON_IMAGE / UV_IMAGE) are pulled by BuildKit itself; else
 #      the local ones (local-bases.sh) are pushed to a registry on loopback for it to pull.
-#   3. The Dockerfiles' `# syntax=` image is on Docker Hub: with no registry reachable,
-#      BUILDKIT_SYNTAX=dockerfile.v0 builds with the frontend built into BuildKit (set
-#      BUILDKIT_SYNTAX= to an image of a mirror to use that instead).
+#   3. The Dockerfiles name no `# syntax=` image: BuildKit's own Dockerfile frontend builds them
+#      (nothing is pulled from Docker Hub).
 #   4. Each image is written as an OCI archive $OUT/<component>.tar, tagged as docker-bake.hcl
 #      tags it; `PUSH=1` pushes them to $REGISTRY instead (type=registry).
 #
 # Environment (the Makefile sets them): REGISTRY, <COMPONENT>_VERSION (docker-bake.hcl's
 # variables), COMPONENTS, PYTHON_IMAGE, UV_IMAGE, UV, OUT (default build/docker), PUSH,
-# BUILDKIT_SYNTAX, SSL_CERT_FILE (the CA bundle the build reaches PyPI with).
+# SSL_CERT_FILE (the CA bundle the build reaches PyPI with).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -34,8 +33,9 @@ exec 8>"$state/.lock"
 flock 8
 
 bins=$("$here/build-buildkit.sh" | tail -n1)
-runtime=$(command -v runc || command -v crun || true)
-[[ -n $runtime ]] || { echo "BuildKit's OCI worker needs runc or crun on PATH (apt-get install runc)" >&2; exit 1; }
+# BuildKit's OCI worker runs its steps with runc (crun lacks the `run --keep` it uses).
+"$here/install-tools.sh" runc
+runtime=$(command -v runc)
 
 run=$(mktemp -d "${TMPDIR:-/tmp}/lj-buildkit.XXXXXX")
 pids=()
@@ -117,8 +117,7 @@ builder=lj-runtimekit-bake
 "$bins/buildx" create --name "$builder" --driver remote "unix://$socket" >/dev/null
 
 ca_bundle=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
-sets=(--set "*.args.PYTHON_IMAGE=$python_image" --set "*.args.UV_IMAGE=$uv_image"
-  --set "*.args.BUILDKIT_SYNTAX=${BUILDKIT_SYNTAX-dockerfile.v0}")
+sets=(--set "*.args.PYTHON_IMAGE=$python_image" --set "*.args.UV_IMAGE=$uv_image")
 if [[ -f $ca_bundle ]]; then
   sets+=(--set "*.secrets=id=ca-certificates,src=$(readlink -f "$ca_bundle")"
     --set "*.args.SSL_CERT_FILE=/run/lj-runtimekit/ca-certificates.crt")

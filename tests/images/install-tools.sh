@@ -3,6 +3,7 @@
 #   install-tools.sh buildah       `make images` (builds the Dockerfiles without a Docker engine)
 #   install-tools.sh debootstrap   `make images` without PYTHON_IMAGE, once: the local base image
 #   install-tools.sh skopeo podman tests/bundle_tests, which push with them for real
+#   install-tools.sh runc          `make docker` without a Docker engine: BuildKit's OCI worker
 # Each caller names what it needs, so that a target never installs another's tools. With
 # LJ_RUNTIMEKIT_INSTALL_TOOLS=no nothing is installed: it names what is missing and fails.
 set -euo pipefail
@@ -10,7 +11,7 @@ set -euo pipefail
 missing=()
 for tool in "$@"; do
   case $tool in
-    buildah | debootstrap | skopeo | podman) ;;
+    buildah | debootstrap | skopeo | podman | runc) ;;
     *) echo "install-tools.sh: no Debian package known for $tool" >&2; exit 2 ;;
   esac
   command -v "$tool" >/dev/null || missing+=("$tool")
