@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,9 @@ from typing import IO
 import structlog
 
 log = structlog.get_logger(__name__)
+
+#: util-linux's setpriv, which can set the parent-death signal of the binary it execs.
+_SETPRIV = shutil.which("setpriv")
 
 
 class ProcessExited(RuntimeError):
@@ -41,9 +45,20 @@ class BinaryProcess:
         # A session of its own: one killpg stops the binary and anything it forks, and a Ctrl-C
         # in the terminal does not hit it before our own cleanup runs.
         main = threading.current_thread() is threading.main_thread()
+        argv, preexec = self.argv, None
+        if main and sys.platform == "linux":
+            # Killed when this process dies, even by SIGKILL. setpriv sets that in the child
+            # (PR_SET_PDEATHSIG, kept across its exec) so that Popen needs no preexec_fn: with one,
+            # it forks, and grpcio's fork handlers run in the child before the exec; they
+            # aborted it now and then (kwok killed by SIGABRT at start, its log holding only
+            # grpc's "epoll_wait error: Bad file descriptor"). Without, Popen uses vfork.
+            if _SETPRIV is not None:
+                argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *self.argv]
+            else:
+                preexec = _die_with_parent
         self.popen = subprocess.Popen(
-            self.argv,
-            preexec_fn=_die_with_parent if main and sys.platform == "linux" else None,  # noqa: PLW1509 - main thread only
+            argv,
+            preexec_fn=preexec,  # noqa: PLW1509 - main thread only
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
