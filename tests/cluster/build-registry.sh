@@ -26,35 +26,15 @@ flock 9
 if [[ -x "$out/registry" && -x "$out/crane" ]]; then echo "$out"; exit 0; fi
 
 command -v go >/dev/null || { echo "go not found: the registry and crane are built with the Go toolchain" >&2; exit 1; }
-step() { echo "[registry-binaries] $*" >&2; }
-# Runs a chatty command quietly; its output goes to stderr only when it fails.
-quiet() {
-  local log rc=0
-  log=$("$@" 2>&1) || rc=$?
-  if (( rc != 0 )); then printf '%s\n' "$log" >&2; step "failed ($rc): $*"; fi
-  return "$rc"
-}
+step_label=registry-binaries
+# shellcheck source=go-commands.sh
+source "$(dirname "$0")/go-commands.sh"
 
 work="$cache/registry/src"
 partial="$out.partial"
 rm -rf "$partial"
 mkdir -p "$work" "$partial"
 export GOFLAGS=-buildvcs=false CGO_ENABLED=0
-
-build() { # name package version ldflags
-  local name=$1 pkg=$2 version=$3 ld=$4 dir="$work/$1-$3" t=$SECONDS
-  [[ -x "$out/$name" ]] && return 0
-  step "$name $version from $pkg"
-  mkdir -p "$dir" && cd "$dir"
-  # A throwaway main module requiring the pinned one: `go get` resolves the command's own
-  # dependencies exactly as its go.mod pins them (GOTOOLCHAIN fetches a newer Go if it asks).
-  printf 'module ljrk.invalid/%s\n\ngo 1.24\n' "$name" > go.mod
-  quiet go get "$pkg@$version"
-  go build -trimpath -ldflags "-s -w $ld" -o "$partial/$name" "$pkg"
-  mkdir -p "$out"
-  mv -f "$partial/$name" "$out/$name"
-  step "$name built in $(( SECONDS - t )) s"
-}
 
 step "building the missing registry binaries into $out (first time only)"
 build registry github.com/distribution/distribution/v3/cmd/registry "$registry_version" \

@@ -28,13 +28,9 @@ flock 9
 if complete; then echo "$out"; exit 0; fi
 
 command -v go >/dev/null || { echo "go not found: BuildKit and buildx are built with the Go toolchain" >&2; exit 1; }
-step() { echo "[buildkit-binaries] $*" >&2; }
-quiet() { # a chatty command, whose output is shown only when it fails
-  local log rc=0
-  log=$("$@" 2>&1) || rc=$?
-  if (( rc != 0 )); then printf '%s\n' "$log" >&2; step "failed ($rc): $*"; fi
-  return "$rc"
-}
+step_label=buildkit-binaries
+# shellcheck source=../cluster/go-commands.sh
+source "$(dirname "$0")/../cluster/go-commands.sh"
 
 work="$cache/buildkit/src"
 partial="$out.partial"
@@ -42,27 +38,12 @@ rm -rf "$partial"
 mkdir -p "$work" "$partial"
 export GOFLAGS=-buildvcs=false CGO_ENABLED=0
 
-build() { # name package module version ldflags
-  local name=$1 pkg=$2 module=$3 version=$4 ld=$5 dir="$work/$1-$4" t=$SECONDS
-  [[ -x "$out/$name" ]] && return 0
-  step "$name $version from $pkg"
-  mkdir -p "$dir" && cd "$dir"
-  # A throwaway main module that requires the pinned one: `go get` takes the command's own
-  # dependency versions from its go.mod (and GOTOOLCHAIN a newer Go, should it ask for one).
-  printf 'module ljrk.invalid/%s\n\ngo 1.24\n' "$name" > go.mod
-  quiet go get "$pkg@$version"
-  go build -trimpath -ldflags "-s -w $ld" -o "$partial/$name" "$pkg"
-  mkdir -p "$out"
-  mv -f "$partial/$name" "$out/$name"
-  step "$name built in $(( SECONDS - t )) s"
-}
-
 step "building BuildKit and buildx into $out (first time only, a few minutes)"
-build buildkitd github.com/moby/buildkit/cmd/buildkitd github.com/moby/buildkit "$buildkit_version" \
+build buildkitd github.com/moby/buildkit/cmd/buildkitd "$buildkit_version" \
   "-X github.com/moby/buildkit/version.Version=$buildkit_version"
-build buildctl github.com/moby/buildkit/cmd/buildctl github.com/moby/buildkit "$buildkit_version" \
+build buildctl github.com/moby/buildkit/cmd/buildctl "$buildkit_version" \
   "-X github.com/moby/buildkit/version.Version=$buildkit_version"
-build buildx github.com/docker/buildx/cmd/buildx github.com/docker/buildx "$buildx_version" \
+build buildx github.com/docker/buildx/cmd/buildx "$buildx_version" \
   "-X github.com/docker/buildx/version.Version=$buildx_version"
 rm -rf "$partial"
 echo "$out"
